@@ -1,0 +1,117 @@
+"""The data layer: dataset releases as observed on disk, and the native records read from them."""
+
+
+import dagster as dg
+import pandas as pd
+
+from focus_dagster.datasets import DATASETS, ReadResult
+from resources import DatasetRoots, FocusStorage
+
+RECORDS_SCHEMA = "records"
+QUARANTINE_TABLE = "quarantine"
+UNLISTED_TABLE = "unlisted_images"
+DATA_GROUP = "datasets"
+
+
+def build_dataset_assets(partitions: dg.StaticPartitionsDefinition) -> list:
+    """`dataset_release` and `dataset_records`, partitioned by the registered datasets."""
+
+    @dg.observable_source_asset(
+        partitions_def=partitions,
+        group_name=DATA_GROUP,
+        description=(
+            "A dataset exactly as its publisher distributes it, on local disk. Observing it computes a "
+            "fingerprint of the label files (content) and the image listing (names and sizes; image content "
+            "too when `release.content_hash` is on); that fingerprint is the partition's data version, so "
+            "a new release, an added label or a removed image marks everything downstream of that dataset "
+            "as stale, and nothing else."
+        ),
+    )
+    def dataset_release(context, datasets: DatasetRoots) -> dg.DataVersionsByPartition:
+        keys = [context.partition_key] if context.has_partition_key else partitions.get_partition_keys()
+        for key in keys:
+            fingerprint = datasets.fingerprint(key)
+            # Observations are logged here rather than returned so that each partition's event carries its
+            # metadata as well as its version (DataVersionsByPartition alone records only the version).
+            context.log_event(
+                dg.AssetObservation(
+                    asset_key=context.asset_key,
+                    partition=key,
+                    tags={"dagster/data_version": fingerprint.version},
+                    metadata=_release_metadata(datasets, key, fingerprint.as_dict()),
+                )
+            )
+            context.log.info(f"{key}: release {fingerprint.version} ({fingerprint.images} images, {fingerprint.seconds}s)")
+        return dg.DataVersionsByPartition({})
+
+    @dg.asset(
+        partitions_def=partitions,
+        deps=[dataset_release],
+        group_name=DATA_GROUP,
+        pool="duckdb",
+        kinds={"duckdb", "pandas"},
+        description=(
+            "Native records of one dataset: one row per image with the dataset's own columns (codes "
+            "validated and typed), the image path relative to the dataset root, the patient id where the "
+            "dataset has one, the native split where it has one, and the label file and row each record "
+            "came from. Rows that cannot be trusted (missing or unreadable image, unknown code, conflicting "
+            "duplicate id, path outside the root) are not dropped: they go to `records.quarantine` with "
+            "their reason, so rows read = rows kept + rows quarantined. Table: `records.<dataset>`."
+        ),
+    )
+    def dataset_records(
+        context: dg.AssetExecutionContext, datasets: DatasetRoots, storage: FocusStorage
+    ) -> dg.MaterializeResult:
+        key = context.partition_key
+        release = datasets.fingerprint(key)
+        result = datasets.read(key)
+        table = storage.replace_table(RECORDS_SCHEMA, key, result.records)
+        storage.replace_rows(RECORDS_SCHEMA, QUARANTINE_TABLE, result.quarantine, "dataset", key)
+        storage.replace_rows(RECORDS_SCHEMA, UNLISTED_TABLE, _unlisted_frame(result), "dataset", key)
+        context.log.info(result.accounting_line())
+        return dg.MaterializeResult(metadata=_records_metadata(result, table, release.version))
+
+    return [dataset_release, dataset_records]
+
+
+def _release_metadata(datasets: DatasetRoots, key: str, fingerprint: dict) -> dict:
+    return {
+        "dataset": DATASETS[key].title,
+        "root": dg.MetadataValue.path(str(datasets.root(key))),
+        "source": "synthetic look-alike" if datasets.is_synthetic(key) else DATASETS[key].source,
+        "label_files": fingerprint["label_files"],
+        "images": fingerprint["images"],
+        "total_bytes": fingerprint["total_bytes"],
+        "content_hash": fingerprint["content_hash"],
+        "fingerprint_seconds": fingerprint["seconds"],
+    }
+
+
+def _records_metadata(result: ReadResult, table: str, release_version: str) -> dict:
+    summary = result.summary()
+    columns = [dg.TableColumn(name, str(dtype)) for name, dtype in result.records.dtypes.items()]
+    return {
+        "dagster/row_count": summary["rows_kept"],
+        "dagster/table_name": table,
+        "dagster/column_schema": dg.TableSchema(columns=columns),
+        "release_version": release_version,
+        "root": dg.MetadataValue.path(str(result.root)),
+        "rows_read": summary["rows_read"],
+        "rows_kept": summary["rows_kept"],
+        "rows_quarantined": summary["rows_quarantined"],
+        "quarantine_reasons": dg.MetadataValue.json(summary["quarantine_reasons"]),
+        "unlisted_images": summary["unlisted_images"],
+        "label_files": dg.MetadataValue.json(summary["label_files"]),
+        "preview": dg.MetadataValue.md(_preview(result.records)),
+    }
+
+
+def _unlisted_frame(result: ReadResult) -> pd.DataFrame:
+    return pd.DataFrame({"dataset": result.dataset, "image_path": pd.Series(result.unlisted_images, dtype=str)})
+
+
+def _preview(records: pd.DataFrame, rows: int = 5, columns: int = 10) -> str:
+    head = records.iloc[:rows, :columns].astype(str)
+    lines = ["| " + " | ".join(head.columns) + " |", "|" + "---|" * len(head.columns)]
+    lines += ["| " + " | ".join(row) + " |" for row in head.itertuples(index=False)]
+    return "\n".join(lines)

@@ -1,0 +1,171 @@
+"""`focus`: the platform from a terminal. Heavy libraries load inside the commands, so `--help` is instant."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from focus_dagster.errors import FocusError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+UI_HOST, UI_PORT = "127.0.0.1", 3000
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "run"):
+        parser.print_help()
+        return 2
+    try:
+        return args.run(args) or 0
+    except FocusError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="focus",
+        description="FOCUS retinal benchmark platform (Dagster). Data and models never leave this machine.",
+    )
+    sub = parser.add_subparsers(title="commands")
+
+    demo = sub.add_parser("demo", help="materialise the pipeline on the configured (default: synthetic) datasets")
+    demo.set_defaults(run=cmd_demo)
+
+    synth = sub.add_parser("synth", help="write synthetic look-alikes of the datasets in their published layouts")
+    synth.add_argument("--out", required=True, type=Path, help="folder to write <key>/ dataset roots into")
+    synth.add_argument("--datasets", nargs="+", metavar="KEY", help="dataset keys (default: all ten)")
+    synth.add_argument("--per-dataset", type=int, default=None, help="images per dataset (default 120)")
+    synth.add_argument("--seed", type=int, default=0)
+    size = synth.add_mutually_exclusive_group()
+    size.add_argument("--scale", type=float, default=None, help="fraction of the published resolution (default 0.125)")
+    size.add_argument("--full-size", action="store_true", help="write images at the published resolutions")
+    synth.add_argument("--workers", type=int, default=None, help="rendering processes (default: one per core)")
+    synth.set_defaults(run=cmd_synth)
+
+    records = sub.add_parser("records", help="read one dataset into native records (no Dagster needed)")
+    records.add_argument("key", help="dataset key, e.g. brset")
+    records.add_argument("--root", required=True, type=Path, help="the dataset's root folder")
+    records.add_argument("--out", required=True, type=Path, help="output file: .csv or .parquet")
+    records.add_argument("--quarantine", type=Path, help="also write the quarantined rows (.csv or .parquet)")
+    records.add_argument("--image-check", choices=["none", "header", "full"], default="header")
+    records.set_defaults(run=cmd_records)
+
+    release = sub.add_parser("release", help="fingerprint one dataset on disk (its release version)")
+    release.add_argument("key")
+    release.add_argument("--root", required=True, type=Path)
+    release.add_argument("--content-hash", action="store_true", help="hash image bytes too (slower)")
+    release.set_defaults(run=cmd_release)
+
+    datasets = sub.add_parser("datasets", help="list the datasets and where each is read from")
+    datasets.set_defaults(run=cmd_datasets)
+
+    ui = sub.add_parser("ui", help=f"start the Dagster UI on http://{UI_HOST}:{UI_PORT}")
+    ui.add_argument("--port", type=int, default=UI_PORT)
+    ui.set_defaults(run=cmd_ui)
+    return parser
+
+
+# ------------------------------------------------------------------------------------------------ commands
+
+
+def cmd_synth(args) -> int:
+    from focus_dagster.synthetic import DEFAULT_PER_DATASET, synthesize
+    from focus_dagster.synthetic.common import DEFAULT_SCALE
+
+    scale = 1.0 if args.full_size else (args.scale if args.scale is not None else DEFAULT_SCALE)
+    per_dataset = args.per_dataset if args.per_dataset is not None else DEFAULT_PER_DATASET
+    manifests = synthesize(args.out, args.datasets, per_dataset, args.seed, scale, args.workers)
+    for key, manifest in manifests.items():
+        quarantine = sum(manifest.expected_quarantine.values())
+        print(
+            f"{key:<11} {manifest.root}  label rows {manifest.label_rows}, images {manifest.images_written}"
+            + (f", rows without image {quarantine}" if quarantine else "")
+        )
+    return 0
+
+
+def cmd_records(args) -> int:
+    from focus_dagster.datasets import read_dataset
+
+    result = read_dataset(args.key, args.root, image_check=args.image_check)
+    write_frame(result.records, args.out)
+    if args.quarantine is not None:
+        write_frame(result.quarantine, args.quarantine)
+    print(result.accounting_line())
+    print(f"records written to {args.out}" + (f", quarantine to {args.quarantine}" if args.quarantine else ""))
+    return 0
+
+
+def cmd_release(args) -> int:
+    from focus_dagster.datasets.release import fingerprint_dataset
+
+    fp = fingerprint_dataset(args.key, args.root, content_hash=args.content_hash)
+    print(f"{fp.dataset} release {fp.version}: {fp.label_files} label/annotation files, {fp.images} images, "
+          f"{fp.total_bytes} bytes, fingerprinted in {fp.seconds}s")
+    return 0
+
+
+def cmd_datasets(args) -> int:
+    from focus_dagster.config import load_config
+    from focus_dagster.datasets import DATASETS
+
+    config = load_config()
+    print(f"FOCUS_HOME {config.home}" + (f"   config {config.source}" if config.source else "   (no FOCUS_CONFIG: synthetic default)"))
+    for key in config.dataset_keys:
+        where = f"synthetic look-alike at {config.root_of(key)}" if config.is_synthetic(key) else str(config.root_of(key))
+        print(f"  {key:<11} {DATASETS[key].title:<11} {where}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from focus_dagster.demo import run_demo
+
+    return run_demo()
+
+
+def cmd_ui(args) -> int:
+    from focus_dagster.config import load_config
+
+    config = load_config()
+    env = dict(os.environ, DAGSTER_HOME=str(prepare_dagster_home(config)), DAGSTER_DISABLE_TELEMETRY="1")
+    command = [sys.executable, "-m", "dagster", "dev", "-h", UI_HOST, "-p", str(args.port),
+               "-w", str(REPO_ROOT / "workspace.yaml")]
+    print(f"Dagster UI on http://{UI_HOST}:{args.port}  (instance {env['DAGSTER_HOME']}; Ctrl-C stops it)")
+    os.chdir(REPO_ROOT)
+    os.execve(sys.executable, command, env)
+    return 0  # not reached
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def prepare_dagster_home(config) -> Path:
+    """DAGSTER_HOME under FOCUS_HOME, configured by the repository's dagster.yaml (an explicit DAGSTER_HOME wins)."""
+    explicit = os.environ.get("DAGSTER_HOME")
+    if explicit:
+        return Path(explicit)
+    home = config.dagster_home
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
+    return home
+
+
+def write_frame(frame, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        frame.to_csv(path, index=False)
+    elif suffix == ".parquet":
+        frame.to_parquet(path, index=False)
+    else:
+        raise FocusError(f"cannot write {path}: use a .csv or .parquet file name")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""Where things live and which datasets are registered: FOCUS_HOME, FOCUS_CONFIG and focus.yaml.
+
+With no configuration the platform runs on the embedded default: synthetic look-alikes of all ten
+datasets, generated on first use under $FOCUS_HOME/synthetic. A `focus.yaml` (pointed to by
+FOCUS_CONFIG) maps dataset keys to the local roots of real copies:
+
+    datasets:
+      brset: /data/physionet/brset      # the folder holding labels.csv and fundus_photos/
+      idrid: synthetic                  # the embedded look-alike for this one
+    synthetic: {per_dataset: 120, seed: 0, scale: 0.125}
+    release: {observe_cron: "0 3 * * *", content_hash: false}
+    image_check: header                 # none | header | full
+
+Only the datasets listed are registered (they become the dataset partitions). Relative paths are
+relative to the focus.yaml file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from focus_dagster.datasets.base import IMAGE_CHECKS
+from focus_dagster.datasets.registry import DATASET_KEYS
+from focus_dagster.errors import ConfigError
+
+SYNTHETIC = "synthetic"
+DEFAULT_HOME = ".focus"
+DEFAULT_OBSERVE_CRON = "0 3 * * *"
+_TOP_LEVEL_KEYS = {"datasets", "synthetic", "release", "image_check"}
+_SYNTHETIC_KEYS = {"per_dataset", "seed", "scale"}
+_RELEASE_KEYS = {"observe_cron", "content_hash"}
+
+
+@dataclass(frozen=True)
+class SyntheticSettings:
+    per_dataset: int = 120
+    seed: int = 0
+    scale: float = 0.125
+
+
+@dataclass(frozen=True)
+class FocusConfig:
+    """The resolved configuration: every path absolute, every dataset key known."""
+
+    home: Path
+    roots: Mapping[str, Path | None]  # dataset key -> real root, or None for the synthetic look-alike
+    synthetic: SyntheticSettings = field(default_factory=SyntheticSettings)
+    observe_cron: str = DEFAULT_OBSERVE_CRON
+    content_hash: bool = False
+    image_check: str = "header"
+    source: Path | None = None  # the focus.yaml it came from, if any
+
+    @property
+    def dataset_keys(self) -> list[str]:
+        return list(self.roots)
+
+    @property
+    def database(self) -> Path:
+        return self.home / "focus.duckdb"
+
+    @property
+    def artifacts(self) -> Path:
+        return self.home / "artifacts"
+
+    @property
+    def synthetic_dir(self) -> Path:
+        return self.home / "synthetic"
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.home / "dagster"
+
+    def is_synthetic(self, key: str) -> bool:
+        return self.roots[key] is None
+
+    def root_of(self, key: str) -> Path:
+        """Where dataset `key` is read from (the look-alike's folder for synthetic datasets)."""
+        if key not in self.roots:
+            raise ConfigError(
+                f"dataset {key!r} is not registered; registered: {', '.join(self.roots)}. "
+                f"Add it under `datasets:` in {self.source or 'focus.yaml (FOCUS_CONFIG)'}."
+            )
+        root = self.roots[key]
+        return root if root is not None else self.synthetic_dir / key
+
+
+def load_config(environ: Mapping[str, str] | None = None) -> FocusConfig:
+    """Resolve FOCUS_HOME and FOCUS_CONFIG from the environment into a `FocusConfig`."""
+    env = os.environ if environ is None else environ
+    home = Path(env.get("FOCUS_HOME") or DEFAULT_HOME).expanduser().resolve()
+    path = env.get("FOCUS_CONFIG")
+    if not path:
+        return FocusConfig(home=home, roots={key: None for key in DATASET_KEYS})
+    config_file = Path(path).expanduser().resolve()
+    if not config_file.is_file():
+        raise ConfigError(f"FOCUS_CONFIG points to {config_file}, which does not exist. Unset it to use the synthetic default.")
+    return parse_config(_read_yaml(config_file), home, config_file)
+
+
+def parse_config(raw: Any, home: Path, source: Path | None = None) -> FocusConfig:
+    """Validate a focus.yaml document; every mistake is reported with the file and the key."""
+    where = str(source) if source else "focus.yaml"
+    raw = raw or {}
+    _expect_mapping(raw, where, "the top level")
+    _reject_unknown(raw, _TOP_LEVEL_KEYS, where, "the top level")
+    base = source.parent if source else Path.cwd()
+    roots = _parse_datasets(raw.get("datasets"), base, where)
+    synthetic = _parse_synthetic(raw.get("synthetic") or {}, where)
+    release = raw.get("release") or {}
+    _expect_mapping(release, where, "release")
+    _reject_unknown(release, _RELEASE_KEYS, where, "release")
+    image_check = raw.get("image_check", "header")
+    if image_check not in IMAGE_CHECKS:
+        raise ConfigError(f"{where}: image_check must be one of {list(IMAGE_CHECKS)}, got {image_check!r}.")
+    return FocusConfig(
+        home=home,
+        roots=roots,
+        synthetic=synthetic,
+        observe_cron=str(release.get("observe_cron", DEFAULT_OBSERVE_CRON)),
+        content_hash=bool(release.get("content_hash", False)),
+        image_check=image_check,
+        source=source,
+    )
+
+
+def _parse_datasets(datasets: Any, base: Path, where: str) -> dict[str, Path | None]:
+    if datasets is None:
+        return {key: None for key in DATASET_KEYS}
+    _expect_mapping(datasets, where, "datasets")
+    unknown = [k for k in datasets if k not in DATASET_KEYS]
+    if unknown:
+        raise ConfigError(f"{where}: unknown dataset key(s) {unknown} under `datasets`; known: {', '.join(DATASET_KEYS)}.")
+    if not datasets:
+        raise ConfigError(f"{where}: `datasets` is empty; list at least one dataset or remove the key for the default.")
+    roots: dict[str, Path | None] = {}
+    for key in DATASET_KEYS:  # registry order, whatever the file's order
+        if key not in datasets:
+            continue
+        value = datasets[key]
+        if isinstance(value, Mapping):
+            value = value.get("root")
+        if value == SYNTHETIC:
+            roots[key] = None
+        elif isinstance(value, str) and value:
+            roots[key] = (base / Path(value).expanduser()).resolve()
+        else:
+            raise ConfigError(f"{where}: datasets.{key} must be a folder path or 'synthetic', got {value!r}.")
+    return roots
+
+
+def _parse_synthetic(raw: Any, where: str) -> SyntheticSettings:
+    _expect_mapping(raw, where, "synthetic")
+    _reject_unknown(raw, _SYNTHETIC_KEYS, where, "synthetic")
+    try:
+        settings = SyntheticSettings(
+            per_dataset=int(raw.get("per_dataset", SyntheticSettings.per_dataset)),
+            seed=int(raw.get("seed", SyntheticSettings.seed)),
+            scale=float(raw.get("scale", SyntheticSettings.scale)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: synthetic settings must be numbers ({exc}).") from exc
+    if settings.per_dataset < 1 or not 0 < settings.scale <= 1:
+        raise ConfigError(f"{where}: synthetic.per_dataset must be >= 1 and 0 < synthetic.scale <= 1.")
+    return settings
+
+
+def _read_yaml(path: Path) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+
+
+def _expect_mapping(value: Any, where: str, what: str) -> None:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: {what} must be a mapping, got {type(value).__name__}.")
+
+
+def _reject_unknown(value: Mapping, allowed: set[str], where: str, what: str) -> None:
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown} in {what}; allowed: {sorted(allowed)}.")
+
+
+# --------------------------------------------------------------------------------- the embedded default
+
+
+def ensure_dataset_root(config: FocusConfig, key: str) -> Path:
+    """The root to read `key` from, writing the synthetic look-alike first if it is missing or stale."""
+    root = config.root_of(key)
+    if not config.is_synthetic(key):
+        return root
+    from focus_dagster.synthetic import is_synthetic_root, read_manifest, synthesize
+
+    settings = config.synthetic
+    wanted = {"seed": settings.seed, "per_dataset": settings.per_dataset, "scale": settings.scale}
+    with _lock(config.synthetic_dir / f".{key}.lock"):
+        if is_synthetic_root(root) and all(read_manifest(root).get(k) == v for k, v in wanted.items()):
+            return root
+        synthesize(config.synthetic_dir, [key], **wanted)
+    return root
+
+
+@contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    """An exclusive file lock, so that two run processes never write the same look-alike at once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

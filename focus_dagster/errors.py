@@ -1,0 +1,41 @@
+"""Errors that tell the user what is wrong, where, and what to do about it."""
+
+from __future__ import annotations
+
+
+class FocusError(Exception):
+    """Base class of every error the platform raises on purpose."""
+
+
+class ConfigError(FocusError):
+    """The configuration (focus.yaml, environment) is unusable."""
+
+
+class UnknownDatasetError(FocusError, KeyError):
+    """A dataset key that is not one of the ten registered datasets."""
+
+    def __str__(self) -> str:  # KeyError would print the message in quotes
+        return str(self.args[0])
+
+
+class DatasetLayoutError(FocusError):
+    """A dataset root does not have the layout its publisher distributes (missing file, folder, column)."""
+
+
+class LabelFileError(FocusError):
+    """A label file exists but cannot be decoded or parsed."""
+
+
+class EmptyDatasetError(FocusError):
+    """A dataset has no records at all, which is never what a user wants to benchmark."""
+
+
+def missing_columns_error(dataset: str, path: str, expected: list[str], found: list[str]) -> DatasetLayoutError:
+    """The error for a label file that lacks columns its reader depends on."""
+    missing = [c for c in expected if c not in found]
+    return DatasetLayoutError(
+        f"[{dataset}] {path} lacks required column(s) {missing}.\n"
+        f"  expected (at least): {expected}\n"
+        f"  found: {found}\n"
+        "  Point the dataset root at the publisher's original files, or fix the header to the published spelling."
+    )

@@ -1,0 +1,98 @@
+"""Synthetic look-alikes of the ten FOCUS datasets, written in their published layouts.
+
+Each look-alike has the publisher's file and folder names, columns, codes and quirks, so the real
+readers run on it unchanged. Its images are rendered fundus photographs whose content follows each
+row's labels (DR grade -> lesions, edema -> macular exudates, glaucoma / cup-disc flag -> enlarged cup,
+quality flags -> blur, uneven light, artifacts) with a per-camera signature. Deterministic by seed.
+
+This is the platform's embedded default (used when no real dataset is configured) and what the tests
+run on. Two effects are planted on purpose so that the fairness and quality axes can be validated
+against a known answer: see PLANTED_EFFECTS.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Iterable
+
+from focus_dagster.datasets.registry import DATASET_KEYS
+from focus_dagster.errors import ConfigError, UnknownDatasetError
+from focus_dagster.synthetic.common import DEFAULT_SCALE, SynthManifest, dataset_rng, render_jobs
+
+DEFAULT_PER_DATASET = 120
+MANIFEST_NAME = ".focus-synthetic.json"
+
+PLANTED_EFFECTS = {
+    "sex_lesion_contrast": (
+        "BRSET: lesions of women (patient_sex == 2) are rendered at 45% of the contrast used for men, so "
+        "DR is harder to see for women; a sex gap in DR sensitivity/AUROC on BRSET is expected."
+    ),
+    "quality_accuracy_loss": (
+        "BRSET and mBRSET: images flagged inadequate (any BRSET quality flag = 2, mBRSET final_quality = "
+        "no) are heavily blurred, unevenly lit and carry artifacts that hide small lesions; accuracy on "
+        "inadequate images is expected to be lower than on adequate ones."
+    ),
+}
+
+
+def synthesize(
+    out: str | Path,
+    datasets: Iterable[str] | None = None,
+    per_dataset: int = DEFAULT_PER_DATASET,
+    seed: int = 0,
+    scale: float = DEFAULT_SCALE,
+    workers: int | None = None,
+) -> dict[str, SynthManifest]:
+    """Write look-alikes of `datasets` (default: all ten) under `out/<key>/`, replacing existing copies.
+
+    Each dataset is written to a temporary folder and moved into place when complete, so a reader never
+    sees half a dataset. Returns the manifest of each dataset: the counts a reader must reproduce.
+    """
+    if per_dataset < 1:
+        raise ConfigError(f"per_dataset must be at least 1, got {per_dataset}")
+    keys = list(datasets) if datasets is not None else list(DATASET_KEYS)
+    unknown = [k for k in keys if k not in DATASET_KEYS]
+    if unknown:
+        raise UnknownDatasetError(f"unknown dataset(s) {unknown}; known datasets: {', '.join(DATASET_KEYS)}")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    staging, plans = {}, {}
+    for key in keys:
+        tmp = out / f".{key}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        writer = importlib.import_module(f"focus_dagster.synthetic.{key}")
+        plans[key] = writer.plan(tmp, per_dataset, dataset_rng(seed, key), scale)
+        staging[key] = tmp
+    # One pool for the images of all datasets, so that small datasets do not leave cores idle.
+    render_jobs([(staging[key], job) for key, p in plans.items() for job in p.jobs], workers)
+    manifests = {}
+    for key, tmp in staging.items():
+        manifest = plans[key].manifest
+        (tmp / MANIFEST_NAME).write_text(json.dumps(_manifest_record(manifest, seed, per_dataset, scale), indent=1))
+        final = out / key
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        manifest.root = final
+        manifests[key] = manifest
+    return manifests
+
+
+def _manifest_record(manifest: SynthManifest, seed: int, per_dataset: int, scale: float) -> dict:
+    record = manifest.summary()
+    record.pop("root")
+    record.update(seed=seed, per_dataset=per_dataset, scale=scale, planted_effects=sorted(PLANTED_EFFECTS))
+    return record
+
+
+def is_synthetic_root(root: str | Path) -> bool:
+    """True when `root` holds a complete look-alike written by `synthesize`."""
+    return (Path(root) / MANIFEST_NAME).is_file()
+
+
+def read_manifest(root: str | Path) -> dict:
+    return json.loads((Path(root) / MANIFEST_NAME).read_text())

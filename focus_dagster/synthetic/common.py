@@ -1,0 +1,215 @@
+"""Shared machinery of the synthetic look-alike writers.
+
+A writer decides, for one dataset, the rows of its label files and one `ImageJob` per image (what to
+draw and where); this module renders the jobs (in parallel worker processes when there are many),
+writes label files with the publisher's encodings and quirks, and keeps the manifest that tests compare
+the readers against.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import zlib
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+# Published image sizes (width, height) at full resolution; look-alikes are written at these times `scale`.
+DEFAULT_SCALE = 0.125
+MIN_SIDE = 64
+
+
+@dataclass(frozen=True)
+class ImageJob:
+    """One image to render: path relative to the dataset root, the fundus content, and file format details."""
+
+    rel_path: str
+    width: int
+    height: int
+    camera: str
+    seed: int
+    dr_grade: int = 0
+    macular_edema: bool = False
+    cup_disc_ratio: float = 0.3
+    eye: str = "R"
+    lesion_contrast: float = 1.0
+    blur: float = 0.0
+    illumination: float = 0.0
+    artifacts: float = 0.0
+    extra: tuple[str, ...] = ()
+    jpeg_quality: int = 90
+
+
+@dataclass
+class SynthManifest:
+    """What a writer produced: the numbers a reader of the look-alike must reproduce exactly."""
+
+    dataset: str
+    root: Path
+    label_rows: int = 0
+    images_written: int = 0
+    expected_quarantine: dict[str, int] = field(default_factory=dict)
+    unlisted_images: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def expected_kept(self) -> int:
+        return self.label_rows - sum(self.expected_quarantine.values())
+
+    def summary(self) -> dict:
+        return {
+            "dataset": self.dataset,
+            "root": str(self.root),
+            "label_rows": self.label_rows,
+            "images_written": self.images_written,
+            "expected_kept": self.expected_kept,
+            "expected_quarantine": dict(self.expected_quarantine),
+            "unlisted_images": self.unlisted_images,
+        }
+
+
+@dataclass
+class SynthPlan:
+    """A writer's output before rendering: the label files are already on disk, the images are jobs."""
+
+    manifest: SynthManifest
+    jobs: list[ImageJob]
+
+
+def dataset_rng(seed: int, key: str) -> np.random.Generator:
+    """An independent, reproducible random stream per (seed, dataset)."""
+    return np.random.default_rng([seed, zlib.crc32(key.encode())])
+
+
+def scaled_size(size: tuple[int, int], scale: float) -> tuple[int, int]:
+    """A published resolution times `scale`, keeping the aspect ratio and a usable minimum side."""
+    w, h = size
+    factor = max(scale, MIN_SIDE / min(w, h))
+    return max(MIN_SIDE, int(round(w * factor))), max(MIN_SIDE, int(round(h * factor)))
+
+
+def seeds(rng: np.random.Generator, n: int) -> list[int]:
+    return [int(s) for s in rng.integers(0, 2**31 - 1, size=n)]
+
+
+def clipped_normal(rng: np.random.Generator, mean: float, sd: float, lo: float, hi: float, n: int) -> np.ndarray:
+    return np.clip(rng.normal(mean, sd, size=n), lo, hi)
+
+
+def choice(rng: np.random.Generator, values: Sequence, weights: Sequence[float], n: int) -> np.ndarray:
+    p = np.asarray(weights, dtype=float)
+    return rng.choice(np.asarray(values, dtype=object), size=n, p=p / p.sum())
+
+
+def quality_degradation(rng: np.random.Generator, inadequate: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Blur, illumination and artifact strengths: strong on inadequate images, slight on adequate ones.
+
+    This is what plants the accuracy loss on inadequate-quality images: their lesions are blurred and
+    darkened away (see focus_dagster.synthetic.PLANTED_EFFECTS).
+    """
+    n = len(inadequate)
+    blur = np.where(inadequate, rng.uniform(0.55, 1.0, n), rng.uniform(0.0, 0.08, n))
+    illumination = np.where(inadequate, rng.uniform(0.3, 0.9, n), rng.uniform(0.0, 0.1, n))
+    artifacts = np.where(inadequate, rng.uniform(0.2, 0.8, n), 0.0)
+    return blur, illumination, artifacts
+
+
+# ------------------------------------------------------------------------------------------ label files
+
+
+def write_csv(
+    path: Path,
+    frame: pd.DataFrame,
+    *,
+    encoding: str = "utf-8",
+    bom: bool = False,
+    header: Sequence[str] | None = None,
+    trailing_empty_column: bool = False,
+) -> None:
+    """Write a label CSV the way its publisher did: encoding, BOM, exact header spelling, stray commas."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    names = list(header) if header is not None else list(frame.columns)
+    writer.writerow(names + ([""] if trailing_empty_column else []))
+    for row in frame.itertuples(index=False):
+        cells = ["" if _is_missing(v) else str(v) for v in row]
+        writer.writerow(cells + ([""] if trailing_empty_column else []))
+    data = buffer.getvalue().encode(encoding)
+    if bom:
+        data = b"\xef\xbb\xbf" + data
+    atomic_write_bytes(path, data)
+
+
+def _is_missing(value) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+# ------------------------------------------------------------------------------------------------ images
+
+
+def render_jobs(items: Sequence[tuple[Path, ImageJob]], workers: int | None = None) -> int:
+    """Render and save each (dataset root, job); worker processes share the work when there is enough."""
+    if not items:
+        return 0
+    workers = workers if workers is not None else min(os.cpu_count() or 1, 8)
+    roots, jobs = zip(*items)
+    if workers <= 1 or len(items) < 64:
+        for root, job in items:
+            render_job(root, job)
+        return len(items)
+    chunk = max(1, len(items) // (workers * 8))
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(render_job, roots, jobs, chunksize=chunk))
+    return len(items)
+
+
+def render_job(root: Path, job: ImageJob) -> None:
+    from focus_dagster.synthetic.render import CAMERAS, FundusSpec, render_fundus
+
+    spec = FundusSpec(
+        width=job.width,
+        height=job.height,
+        camera=CAMERAS[job.camera],
+        dr_grade=job.dr_grade,
+        macular_edema=job.macular_edema,
+        cup_disc_ratio=job.cup_disc_ratio,
+        eye=job.eye,
+        lesion_contrast=job.lesion_contrast,
+        blur=job.blur,
+        illumination=job.illumination,
+        artifacts=job.artifacts,
+        extra=job.extra,
+    )
+    image = render_fundus(spec, job.seed)
+    path = root / job.rel_path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    if path.suffix.lower() == ".png":
+        image.save(buffer, format="PNG", compress_level=1)
+    else:
+        image.save(buffer, format="JPEG", quality=job.jpeg_quality)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def cup_disc_ratio(rng: np.random.Generator, glaucoma: Iterable[bool]) -> np.ndarray:
+    """Vertical cup-to-disc ratios: enlarged cups for glaucoma / increased-cup flags, normal ones otherwise."""
+    flags = np.asarray(list(glaucoma), dtype=bool)
+    return np.where(flags, rng.uniform(0.62, 0.88, len(flags)), rng.uniform(0.2, 0.45, len(flags)))
+
+
+def eye_from(values: Iterable, right) -> list[str]:
+    return ["R" if v == right else "L" for v in values]

@@ -1,0 +1,6 @@
+"""Dagster resources: where tables and artifacts are stored, and where each dataset is read from."""
+
+from resources.data import DatasetRoots
+from resources.storage import FocusStorage
+
+__all__ = ["DatasetRoots", "FocusStorage"]

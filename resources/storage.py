@@ -1,0 +1,71 @@
+"""FocusStorage: the DuckDB database of tables and the artifact folder of heavy files.
+
+DuckDB admits one writing process at a time, so a connection is opened only to move finished data in
+or out and closed straight away; every asset step that uses it sits in the `duckdb` pool (limit 1).
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pandas as pd
+from dagster import ConfigurableResource
+from dagster_duckdb import DuckDBResource
+
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+class FocusStorage(ConfigurableResource):
+    """Tables in DuckDB (`schema.table`), heavy outputs under `artifacts_dir`."""
+
+    duckdb: DuckDBResource
+    artifacts_dir: str
+
+    @contextmanager
+    def connect(self) -> Iterator:
+        Path(self.duckdb.database).parent.mkdir(parents=True, exist_ok=True)
+        with self.duckdb.get_connection() as con:
+            try:
+                yield con
+            finally:
+                con.close()
+
+    def replace_table(self, schema: str, table: str, frame: pd.DataFrame) -> str:
+        """Replace `schema.table` with `frame` in one transaction; returns the qualified name."""
+        name = _qualified(schema, table)
+        with self.connect() as con:
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            con.register("incoming", frame)
+            con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM incoming")
+            con.unregister("incoming")
+        return name
+
+    def replace_rows(self, schema: str, table: str, frame: pd.DataFrame, key: str, value: str) -> str:
+        """Replace the rows of `schema.table` whose `key` equals `value` (one partition of a shared table)."""
+        name = _qualified(schema, table)
+        with self.connect() as con:
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            con.register("incoming", frame)
+            con.execute("BEGIN TRANSACTION")
+            con.execute(f"CREATE TABLE IF NOT EXISTS {name} AS SELECT * FROM incoming LIMIT 0")
+            con.execute(f"DELETE FROM {name} WHERE {key} = ?", [value])
+            con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM incoming")
+            con.execute("COMMIT")
+            con.unregister("incoming")
+        return name
+
+    def read_table(self, schema: str, table: str, where: str | None = None, params: list | None = None) -> pd.DataFrame:
+        name = _qualified(schema, table)
+        query = f"SELECT * FROM {name}" + (f" WHERE {where}" if where else "")
+        with self.connect() as con:
+            return con.execute(query, params or []).df()
+
+
+def _qualified(schema: str, table: str) -> str:
+    for part in (schema, table):
+        if not _IDENTIFIER.match(part):
+            raise ValueError(f"{part!r} is not a plain lower-case SQL identifier")
+    return f"{schema}.{table}"

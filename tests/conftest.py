@@ -1,0 +1,30 @@
+"""Shared fixtures: small synthetic look-alikes written once per test session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+
+SHARED_REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
+
+
+@pytest.fixture(scope="session")
+def synth_all(tmp_path_factory):
+    """All ten look-alikes, small: (root folder, manifests by dataset key)."""
+    from focus_dagster.synthetic import synthesize
+
+    out = tmp_path_factory.mktemp("synth")
+    manifests = synthesize(out, per_dataset=24, seed=7, scale=0.05, workers=1)
+    return out, manifests
+
+
+def copy_tree(src: Path, dst: Path) -> Path:
+    """A private, writable copy of a look-alike, for tests that damage it."""
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst

@@ -259,6 +259,75 @@ def drop_empty_unnamed_columns(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[keep].rename(columns=rename)
 
 
+# ------------------------------------------------------------------------------------- marking bad rows
+
+
+def with_reason_columns(rows: pd.DataFrame) -> pd.DataFrame:
+    """A copy of `rows` with the (empty) reason columns that `mark_rows` and `finalize` use."""
+    rows = rows.copy()
+    for column in (_REASON, _REASON_CODE):
+        if column not in rows:
+            rows[column] = pd.Series([None] * len(rows), index=rows.index, dtype=object)
+    return rows
+
+
+def mark_rows(rows: pd.DataFrame, mask, reason_code: str, reasons) -> pd.DataFrame:
+    """Give the rows in `mask` a quarantine reason (a string, or one string per masked row).
+
+    A row keeps the first reason it was given, so the earliest, most specific check wins. Returns a copy.
+    """
+    rows = with_reason_columns(rows)
+    mask = pd.Series(mask, index=rows.index).astype(bool)
+    if isinstance(reasons, str):
+        reasons = [reasons] * int(mask.sum())
+    reasons = pd.Series(list(reasons), index=rows.index[mask], dtype=object)
+    fresh = mask & rows[_REASON].isna()
+    if fresh.any():
+        rows.loc[fresh, _REASON] = reasons[fresh[mask]].to_numpy()
+        rows.loc[fresh, _REASON_CODE] = reason_code
+    return rows
+
+
+def file_stem(name: str) -> str:
+    """A published file name without its image extension (any case); other names unchanged."""
+    stem, suffix = os.path.splitext(name)
+    return stem if suffix.lower() in IMAGE_SUFFIXES else name
+
+
+def resolve_file_names(names: pd.Series, listing: list[str], folder: str, default_suffix: str) -> pd.Series:
+    """File names as they are on disk: a name given without extension is matched to the image of that
+    stem in `folder` (the label files of some copies drop the extension), else given `default_suffix`."""
+    by_stem: dict[str, str] = {}
+    for path in listing:
+        rel = path[len(folder) + 1 :] if folder else path
+        by_stem.setdefault(file_stem(rel), rel)
+
+    def resolve(name: str) -> str:
+        if file_stem(name) != name or not name:
+            return name
+        return by_stem.get(name, name + default_suffix)
+
+    return names.map(resolve)
+
+
+def mark_unsafe_file_names(rows: pd.DataFrame, names: pd.Series, column: str, folder: str) -> pd.DataFrame:
+    """Quarantine rows whose label names no plain file: a blank name, or one with a folder part.
+
+    A file name such as `../x.png` or `/etc/passwd` could otherwise point at a file outside the image
+    folder (or, with enough `..`, outside the dataset root); the published label files hold bare names.
+    """
+    names = names.astype(str).str.strip()
+    blank = names == ""
+    nested = (names.str.contains(r"[/\\]", regex=True) | names.isin([".", ".."])) & ~blank
+    rows = mark_rows(rows, blank, "missing_file_name", f"{column} is blank: the row names no image")
+    return mark_rows(
+        rows,
+        nested,
+        "path_escapes_root",
+        [f"{column} {n!r} is not a plain file name; only files directly in {folder}/ are accepted" for n in names[nested]],
+    )
+
+
 # ------------------------------------------------------------------------------------------------- codes
 
 
@@ -294,21 +363,14 @@ def apply_codes(rows: pd.DataFrame, codes: Iterable[Code], dataset: str) -> pd.D
     Marked rows get `_reason` naming the column, the value and what was expected; they are quarantined
     by `finalize`. Columns absent from the table are skipped (required columns are checked on reading).
     """
-    rows = rows.copy()
-    if _REASON not in rows:
-        rows[_REASON] = pd.Series([None] * len(rows), index=rows.index, dtype=object)
-        rows[_REASON_CODE] = pd.Series([None] * len(rows), index=rows.index, dtype=object)
+    rows = with_reason_columns(rows)
     for code in codes:
         if code.column not in rows:
             continue
         typed, invalid = _coerce(rows[code.column].astype(str).str.strip(), code)
-        fresh = invalid & rows[_REASON].isna()
-        if fresh.any():
-            values = rows.loc[fresh, code.column].astype(str)
-            rows.loc[fresh, _REASON] = [
-                f"unknown {code.column} value {v!r} (expected {code.describe()})" for v in values
-            ]
-            rows.loc[fresh, _REASON_CODE] = f"unknown_code:{code.column}"
+        values = rows.loc[invalid, code.column].astype(str)
+        reasons = [f"unknown {code.column} value {v!r} (expected {code.describe()})" for v in values]
+        rows = mark_rows(rows, invalid, f"unknown_code:{code.column}", reasons)
         rows[code.column] = typed
     return rows
 
@@ -335,10 +397,7 @@ def _coerce(raw: pd.Series, code: Code) -> tuple[pd.Series, pd.Series]:
 
 def finalize(dataset: str, root: Path, table: LabelTable, image_check: str) -> ReadResult:
     """Apply the checks every dataset shares and split rows into kept records and quarantine."""
-    rows = table.rows.reset_index(drop=True)
-    if _REASON not in rows:
-        rows[_REASON] = pd.Series([None] * len(rows), dtype=object)
-        rows[_REASON_CODE] = pd.Series([None] * len(rows), dtype=object)
+    rows = with_reason_columns(table.rows.reset_index(drop=True))
     for column in ("patient_id", "native_split"):
         if column not in rows:
             rows[column] = None
@@ -346,8 +405,10 @@ def finalize(dataset: str, root: Path, table: LabelTable, image_check: str) -> R
     rows["image_id"] = rows["image_id"].astype(str)
 
     listing = sorted({p for d in table.image_dirs for p in list_images(root, d, recursive=True)})
-    _mark(rows, _escaping_paths(rows["image_path"]), "path_escapes_root",
-          lambda p: f"image path {p!r} leaves the dataset root; only paths inside it are accepted")
+    escaping = rows["image_path"].map(path_leaves_root).astype(bool)
+    rows = mark_rows(rows, escaping, "path_escapes_root", [
+        f"image path {p!r} leaves the dataset root; only paths inside it are accepted" for p in rows.loc[escaping, "image_path"]
+    ])
     _mark_duplicates(rows)
     _mark_image_defects(rows, root, set(listing), image_check)
 
@@ -357,18 +418,6 @@ def finalize(dataset: str, root: Path, table: LabelTable, image_check: str) -> R
     referenced = set(rows["image_path"])
     unlisted = [p for p in listing if p not in referenced]
     return ReadResult(dataset, root, records, quarantine, unlisted, list(table.label_files))
-
-
-def _mark(rows: pd.DataFrame, mask: pd.Series, code: str, message) -> None:
-    """Give unmarked rows in `mask` a reason; a row keeps the first reason it was given."""
-    fresh = mask & rows[_REASON].isna()
-    if fresh.any():
-        rows.loc[fresh, _REASON] = [message(p) for p in rows.loc[fresh, "image_path"]]
-        rows.loc[fresh, _REASON_CODE] = code
-
-
-def _escaping_paths(paths: pd.Series) -> pd.Series:
-    return paths.map(path_leaves_root).astype(bool)
 
 
 def path_leaves_root(rel: str) -> bool:

@@ -15,6 +15,7 @@ from focus_dagster.datasets.base import (
     LabelTable,
     apply_codes,
     find_existing,
+    mark_unsafe_file_names,
     read_label_csv,
     standard_frame,
 )
@@ -56,6 +57,7 @@ class MbrsetReader(DatasetReader):
             patient_id=native["patient"],
             native_split=None,
         )
+        rows = mark_unsafe_file_names(rows, native["file"], "file", IMAGE_DIR)
         return LabelTable(apply_codes(rows, CODES, self.key), [label_file], [IMAGE_DIR])
 
 

@@ -6,9 +6,13 @@ instance under FOCUS_HOME, so that every run shows up in the UI afterwards with 
 
 from __future__ import annotations
 
+import os
 import time
 
 from focus_dagster.config import load_config
+
+# The run logs stay complete in the instance (and the UI); the terminal gets one line per dataset.
+QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 def run_demo() -> int:
@@ -24,15 +28,18 @@ def run_demo() -> int:
     if any(config.is_synthetic(k) for k in config.dataset_keys):
         print(f"  synthetic look-alikes (written on first use): {config.synthetic_dir}")
     defs = build_definitions(config)
-    with dg.DagsterInstance.from_ref(dg.InstanceRef.from_dir(str(dagster_home))) as instance:
-        observed = defs.resolve_job_def(OBSERVE_JOB).execute_in_process(instance=instance, raise_on_error=False)
+    os.environ["DAGSTER_HOME"] = str(dagster_home)
+    with dg.DagsterInstance.get() as instance:
+        observed = defs.resolve_job_def(OBSERVE_JOB).execute_in_process(
+            instance=instance, raise_on_error=False, run_config=QUIET
+        )
         if not observed.success:
-            print("  observing the dataset releases failed; see the run in the UI for the error")
+            print(f"  observing the dataset releases failed: {_failure_message(observed)}")
             return 1
         failures = []
         for key in config.dataset_keys:
             result = defs.resolve_job_def(DATA_LAYER_JOB).execute_in_process(
-                partition_key=key, instance=instance, raise_on_error=False
+                partition_key=key, instance=instance, raise_on_error=False, run_config=QUIET
             )
             failures += [] if result.success else [key]
             print("  " + _records_line(result, key))
@@ -51,8 +58,7 @@ def _records_line(result, key: str) -> str:
         if e.event_type_value == "ASSET_MATERIALIZATION"
     ]
     if not materialized:
-        errors = [e.message for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
-        return f"{key:<11} FAILED: {errors[0] if errors else 'see the run in the UI'}"
+        return f"{key:<11} FAILED: {_failure_message(result)}"
     meta = {k: v.value for k, v in materialized[0].metadata.items()}
     checks = [
         f"{e.event_specific_data.check_name}={'pass' if e.event_specific_data.passed else 'FAIL'}"
@@ -63,3 +69,14 @@ def _records_line(result, key: str) -> str:
         f"{key:<11} read {meta['rows_read']:>5} = kept {meta['rows_kept']:>5} + quarantined {meta['rows_quarantined']:>3}"
         f"   release {meta['release_version'][:12]}   {' '.join(checks)}"
     )
+
+
+def _failure_message(result) -> str:
+    """The innermost error of the first failed step: the message the user can act on."""
+    for event in result.all_events:
+        if event.event_type_value == "STEP_FAILURE":
+            error = event.event_specific_data.error
+            while error.cause is not None:
+                error = error.cause
+            return error.message.strip()
+    return "see the run in the UI"

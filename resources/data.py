@@ -23,7 +23,7 @@ class DatasetRoots(ConfigurableResource):
     content_hash: bool = False
 
     @classmethod
-    def from_config(cls, config: FocusConfig) -> "DatasetRoots":
+    def from_config(cls, config: FocusConfig) -> DatasetRoots:
         return cls(
             home=str(config.home),
             roots={key: str(root) if root is not None else "" for key, root in config.roots.items()},

@@ -39,7 +39,11 @@ class FocusStorage(ConfigurableResource):
         with self.connect() as con:
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
             con.register("incoming", frame)
-            con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM incoming")
+            con.execute("BEGIN TRANSACTION")
+            con.execute(f"DROP TABLE IF EXISTS {name}")
+            con.execute(create_table_sql(name, frame))
+            con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM incoming")
+            con.execute("COMMIT")
             con.unregister("incoming")
         return name
 
@@ -50,7 +54,7 @@ class FocusStorage(ConfigurableResource):
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
             con.register("incoming", frame)
             con.execute("BEGIN TRANSACTION")
-            con.execute(f"CREATE TABLE IF NOT EXISTS {name} AS SELECT * FROM incoming LIMIT 0")
+            con.execute(create_table_sql(name, frame, if_not_exists=True))
             con.execute(f"DELETE FROM {name} WHERE {key} = ?", [value])
             con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM incoming")
             con.execute("COMMIT")
@@ -62,6 +66,28 @@ class FocusStorage(ConfigurableResource):
         query = f"SELECT * FROM {name}" + (f" WHERE {where}" if where else "")
         with self.connect() as con:
             return con.execute(query, params or []).df()
+
+
+def create_table_sql(name: str, frame: pd.DataFrame, if_not_exists: bool = False) -> str:
+    """DDL with column types taken from the pandas dtypes.
+
+    Letting DuckDB infer types from the data fails for columns that hold only nulls (it types them NULL,
+    and the next partition's strings cannot be inserted); the dtype says what the column is meant to hold.
+    """
+    columns = ", ".join(f'"{column}" {duckdb_type(dtype)}' for column, dtype in frame.dtypes.items())
+    return f"CREATE TABLE {'IF NOT EXISTS ' if if_not_exists else ''}{name} ({columns})"
+
+
+def duckdb_type(dtype) -> str:
+    if pd.api.types.is_bool_dtype(dtype):
+        return "BOOLEAN"
+    if pd.api.types.is_integer_dtype(dtype):
+        return "BIGINT"
+    if pd.api.types.is_float_dtype(dtype):
+        return "DOUBLE"
+    if pd.api.types.is_datetime64_any_dtype(dtype):
+        return "TIMESTAMP"
+    return "VARCHAR"
 
 
 def _qualified(schema: str, table: str) -> str:

@@ -11,7 +11,12 @@ import pytest
 from openpyxl import load_workbook
 
 from focus_dagster.datasets import read_dataset
-from focus_dagster.datasets.papila import EYE_FILES, GENDER, PUBLISHED_COLUMNS, PUBLISHED_HEADER
+from focus_dagster.datasets.papila import (
+    EYE_FILES,
+    GENDER,
+    PUBLISHED_COLUMNS,
+    PUBLISHED_HEADER,
+)
 from focus_dagster.errors import DatasetLayoutError, LabelFileError
 from focus_dagster.synthetic import papila as papila_writer
 from focus_dagster.synthetic.papila import write_clinical_workbook

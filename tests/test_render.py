@@ -7,7 +7,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from focus_dagster.synthetic.render import CAMERAS, KNOWN_EXTRAS, CameraSignature, FundusSpec, render_fundus
+from focus_dagster.synthetic.render import (
+    CAMERAS,
+    KNOWN_EXTRAS,
+    CameraSignature,
+    FundusSpec,
+    render_fundus,
+)
 
 GENERIC = CAMERAS["generic"]
 # A camera without sensor noise, for measurements that noise would swamp.

@@ -17,15 +17,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from focus_dagster.datasets.base import (
-    file_stem,
-    mark_unsafe_file_names,
-    resolve_file_names,
     Code,
     DatasetReader,
     LabelTable,
     apply_codes,
+    file_stem,
     list_images,
+    mark_unsafe_file_names,
     read_label_csv,
+    resolve_file_names,
     standard_frame,
 )
 from focus_dagster.errors import DatasetLayoutError

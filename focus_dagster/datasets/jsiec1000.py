@@ -28,12 +28,12 @@ import numpy as np
 import pandas as pd
 
 from focus_dagster.datasets.base import (
-    mark_rows,
     IMAGE_SUFFIXES,
     Code,
     DatasetReader,
     LabelTable,
     apply_codes,
+    mark_rows,
     standard_frame,
 )
 from focus_dagster.errors import DatasetLayoutError

@@ -29,15 +29,19 @@ import pandas as pd
 # The reason columns are the base module's private bookkeeping; an unreadable ID is a per-row defect that
 # has no published code list, so it is marked here directly (see the report on base.py).
 from focus_dagster.datasets.base import (
-    mark_rows,
     Code,
     DatasetReader,
     LabelTable,
     apply_codes,
     find_existing,
+    mark_rows,
     standard_frame,
 )
-from focus_dagster.errors import DatasetLayoutError, LabelFileError, missing_columns_error
+from focus_dagster.errors import (
+    DatasetLayoutError,
+    LabelFileError,
+    missing_columns_error,
+)
 
 EYE_FILES = {"OD": "ClinicalData/patient_data_od.xlsx", "OS": "ClinicalData/patient_data_os.xlsx"}
 IMAGE_DIR = "FundusImages"

@@ -26,18 +26,22 @@ from pathlib import Path
 import pandas as pd
 
 from focus_dagster.datasets.base import (
-    file_stem,
-    mark_unsafe_file_names,
-    resolve_file_names,
     STANDARD_COLUMNS,
     Code,
     DatasetReader,
     LabelTable,
     apply_codes,
+    file_stem,
     list_images,
+    mark_unsafe_file_names,
+    resolve_file_names,
     standard_frame,
 )
-from focus_dagster.errors import DatasetLayoutError, LabelFileError, missing_columns_error
+from focus_dagster.errors import (
+    DatasetLayoutError,
+    LabelFileError,
+    missing_columns_error,
+)
 
 DATASET_FOLDER = "REFUGE"
 SPLIT_FOLDERS = ("train", "val", "test")

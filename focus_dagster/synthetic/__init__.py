@@ -21,7 +21,12 @@ from typing import Iterable
 
 from focus_dagster.datasets.registry import DATASET_KEYS
 from focus_dagster.errors import ConfigError, UnknownDatasetError
-from focus_dagster.synthetic.common import DEFAULT_SCALE, SynthManifest, dataset_rng, render_jobs
+from focus_dagster.synthetic.common import (
+    DEFAULT_SCALE,
+    SynthManifest,
+    dataset_rng,
+    render_jobs,
+)
 
 DEFAULT_PER_DATASET = 120
 MANIFEST_NAME = ".focus-synthetic.json"

@@ -107,6 +107,30 @@ def choice(rng: np.random.Generator, values: Sequence, weights: Sequence[float],
     return rng.choice(np.asarray(values, dtype=object), size=n, p=p / p.sum())
 
 
+def allocate(weights: Sequence[float], n: int, minimum: Sequence[int] | None = None) -> np.ndarray:
+    """Split `n` into counts proportional to `weights` (largest remainders), each at least `minimum`.
+
+    Used by several look-alikes to keep small datasets faithful to the real proportions while every
+    class a task needs is still present.
+    """
+    w = np.asarray(weights, dtype=float)
+    exact = n * w / w.sum()
+    counts = np.floor(exact).astype(int)
+    for i in np.argsort(-(exact - counts), kind="stable")[: n - counts.sum()]:
+        counts[i] += 1
+    if minimum is not None:
+        floor = np.asarray(minimum, dtype=int)
+        if floor.sum() > n:
+            raise ValueError(f"cannot give {n} items at least {list(floor)} per class")
+        while (counts < floor).any():
+            short = int(np.flatnonzero(counts < floor)[0])
+            spare = counts - floor
+            donor = int(np.argmax(spare))
+            counts[donor] -= 1
+            counts[short] += 1
+    return counts
+
+
 def quality_degradation(rng: np.random.Generator, inadequate: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Blur, illumination and artifact strengths: strong on inadequate images, slight on adequate ones.
 
@@ -177,10 +201,11 @@ def render_jobs(items: Sequence[tuple[Path, ImageJob]], workers: int | None = No
     return len(items)
 
 
-def render_job(root: Path, job: ImageJob) -> None:
-    from focus_dagster.synthetic.render import CAMERAS, FundusSpec, render_fundus
+def job_spec(job: ImageJob):
+    """The renderer's FundusSpec for a job."""
+    from focus_dagster.synthetic.render import CAMERAS, FundusSpec
 
-    spec = FundusSpec(
+    return FundusSpec(
         width=job.width,
         height=job.height,
         camera=CAMERAS[job.camera],
@@ -194,6 +219,19 @@ def render_job(root: Path, job: ImageJob) -> None:
         artifacts=job.artifacts,
         extra=job.extra,
     )
+
+
+def job_geometry(job: ImageJob):
+    """Pixel geometry (disc, cup, fovea) of the image a job renders, for annotation files."""
+    from focus_dagster.synthetic.render import fundus_geometry
+
+    return fundus_geometry(job_spec(job), job.seed)
+
+
+def render_job(root: Path, job: ImageJob) -> None:
+    from focus_dagster.synthetic.render import render_fundus
+
+    spec = job_spec(job)
     image = render_fundus(spec, job.seed)
     path = root / job.rel_path
     path.parent.mkdir(parents=True, exist_ok=True)

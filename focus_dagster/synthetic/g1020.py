@@ -19,20 +19,25 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from focus_dagster.datasets.g1020 import DATASET_FOLDER, IMAGE_DIR, LABEL_FILE, PUBLISHED_COLUMNS
+from focus_dagster.datasets.g1020 import (
+    DATASET_FOLDER,
+    IMAGE_DIR,
+    LABEL_FILE,
+    PUBLISHED_COLUMNS,
+)
 from focus_dagster.synthetic.common import (
     ImageJob,
     SynthManifest,
     SynthPlan,
+    allocate,
     atomic_write_bytes,
     choice,
     cup_disc_ratio,
+    job_geometry,
     scaled_size,
     seeds,
     write_csv,
 )
-from focus_dagster.synthetic.messidor_2 import allocate
-from focus_dagster.synthetic.refuge import anatomy_layout
 
 KEY = "g1020"
 LABEL_COUNTS = [724, 296]
@@ -104,19 +109,9 @@ def write_labelme(image_path: Path, job: ImageJob) -> None:
 
 
 def disc_and_cup_ellipses(job: ImageJob) -> tuple[tuple[float, float, float, float], ...]:
-    """(centre x, centre y, x radius, y radius) of the disc and the cup, in pixels.
-
-    Mirrors the renderer's disc drawing: the cup's height is cup_disc_ratio of the disc's, its width
-    scaled by the layout's cup aspect, and it is shifted towards the temporal rim.
-    """
-    layout = anatomy_layout(job)
-    x, y = layout.px(*layout.disc)
-    rx, ry = layout.disc_rx * layout.radius, layout.disc_ry * layout.radius
-    cup_ry = job.cup_disc_ratio * ry
-    cup_rx = min(job.cup_disc_ratio * rx * layout.cup_aspect, rx * 0.92)
-    cup_x = x + layout.mirror * (rx - cup_rx) * layout.cup_shift[0]
-    cup_y = y + (ry - cup_ry) * layout.cup_shift[1]
-    return (x, y, rx, ry), (cup_x, cup_y, cup_rx, cup_ry)
+    """(centre x, centre y, x radius, y radius) of the disc and the cup the renderer draws, in pixels."""
+    geometry = job_geometry(job)
+    return geometry.disc, geometry.cup
 
 
 def polygon(cx: float, cy: float, rx: float, ry: float) -> list[list[float]]:

@@ -28,12 +28,12 @@ from focus_dagster.synthetic.common import (
     ImageJob,
     SynthManifest,
     SynthPlan,
+    allocate,
     choice,
     cup_disc_ratio,
     scaled_size,
     seeds,
 )
-from focus_dagster.synthetic.messidor_2 import allocate
 
 KEY = "jsiec1000"
 FOLDERS = list(CLASS_FOLDERS)

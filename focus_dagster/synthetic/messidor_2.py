@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from datetime import date, timedelta
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -28,6 +27,7 @@ from focus_dagster.synthetic.common import (
     ImageJob,
     SynthManifest,
     SynthPlan,
+    allocate,
     choice,
     quality_degradation,
     scaled_size,
@@ -137,27 +137,3 @@ def image_jobs(labels: pd.DataFrame, rng: np.random.Generator, scale: float) -> 
             )
         )
     return jobs
-
-
-def allocate(weights: Sequence[float], n: int, minimum: Sequence[int] | None = None) -> np.ndarray:
-    """Split `n` into counts proportional to `weights` (largest remainders), each at least `minimum`.
-
-    Used by several look-alikes to keep small datasets faithful to the real proportions while every
-    class a task needs is still present.
-    """
-    w = np.asarray(weights, dtype=float)
-    exact = n * w / w.sum()
-    counts = np.floor(exact).astype(int)
-    for i in np.argsort(-(exact - counts), kind="stable")[: n - counts.sum()]:
-        counts[i] += 1
-    if minimum is not None:
-        floor = np.asarray(minimum, dtype=int)
-        if floor.sum() > n:
-            raise ValueError(f"cannot give {n} items at least {list(floor)} per class")
-        while (counts < floor).any():
-            short = int(np.flatnonzero(counts < floor)[0])
-            spare = counts - floor
-            donor = int(np.argmax(spare))
-            counts[donor] -= 1
-            counts[short] += 1
-    return counts

@@ -21,13 +21,14 @@ from focus_dagster.synthetic.common import (
     ImageJob,
     SynthManifest,
     SynthPlan,
+    allocate,
     atomic_write_bytes,
     choice,
     cup_disc_ratio,
+    job_geometry,
     scaled_size,
     seeds,
 )
-from focus_dagster.synthetic.messidor_2 import allocate
 
 KEY = "refuge"
 IMAGE_FOLDER = "Images"
@@ -95,27 +96,7 @@ def write_index(path: Path, split: str, labels: list[tuple[str, int | None]], jo
     for k, ((stem, label), job) in enumerate(zip(labels, jobs)):
         record = {"ImgName": f"{stem}.jpg", "Size_X": job.width, "Size_Y": job.height}
         if split in LABELLED:
-            fovea_x, fovea_y = fovea_position(job)
+            fovea_x, fovea_y = job_geometry(job).fovea
             record.update(Fovea_X=round(fovea_x, 2), Fovea_Y=round(fovea_y, 2), Label=label)
         records[str(k)] = record
     atomic_write_bytes(path, json.dumps(records, indent=1).encode("utf-8"))
-
-
-def anatomy_layout(job: ImageJob):
-    """The renderer's layout (disc, fovea, FOV radius) of a job: the same computation `render_job` makes.
-
-    It goes through the renderer's private layout step, which is the one place that geometry exists.
-    """
-    from focus_dagster.synthetic import render
-
-    spec = render.FundusSpec(
-        width=job.width, height=job.height, camera=job.camera, cup_disc_ratio=job.cup_disc_ratio,
-        eye=job.eye, extra=job.extra,
-    )
-    return render._make_layout(spec, render._Streams(job.seed).anatomy)
-
-
-def fovea_position(job: ImageJob) -> tuple[float, float]:
-    """Pixel position of the fovea the renderer draws for this job."""
-    layout = anatomy_layout(job)
-    return layout.px(*layout.fovea)

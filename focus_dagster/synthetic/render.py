@@ -184,6 +184,33 @@ def render_fundus(spec: FundusSpec, seed: int) -> Image.Image:
     return image
 
 
+@dataclass(frozen=True)
+class FundusGeometry:
+    """Where `render_fundus` puts the anatomy of an image, in pixels (for annotation files).
+
+    Ellipses are (centre x, centre y, x radius, y radius); points are (x, y).
+    """
+
+    fov_centre: tuple[float, float]
+    fov_radius: float
+    disc: tuple[float, float, float, float]
+    cup: tuple[float, float, float, float]
+    fovea: tuple[float, float]
+
+
+def fundus_geometry(spec: FundusSpec, seed: int) -> FundusGeometry:
+    """The geometry `render_fundus(spec, seed)` draws, computed without rendering (the same random stream)."""
+    layout = _make_layout(spec, _Streams(seed).anatomy)
+    disc, cup = _disc_and_cup(layout, spec.cup_disc_ratio)
+    return FundusGeometry(
+        fov_centre=(spec.width / 2, spec.height / 2),
+        fov_radius=layout.radius,
+        disc=disc,
+        cup=cup,
+        fovea=layout.px(*layout.fovea),
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Randomness and geometry
 # ---------------------------------------------------------------------------------------------------------
@@ -296,6 +323,17 @@ def _make_layout(spec: FundusSpec, rng: np.random.Generator) -> _Layout:
         cup_aspect=_lerp(0.85, 1.02, u[5]),
         cup_shift=(_lerp(0.0, 0.5, u[6]), _lerp(-0.25, 0.25, u[7])),
     )
+
+
+def _disc_and_cup(layout: _Layout, cup_ratio: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Disc and cup ellipses in pixels; the cup's height is cup_ratio of the disc's, set towards the temporal rim."""
+    x, y = layout.px(*layout.disc)
+    rx, ry = layout.disc_rx * layout.radius, layout.disc_ry * layout.radius
+    cup_ry = cup_ratio * ry
+    cup_rx = min(cup_ratio * rx * layout.cup_aspect, rx * 0.92)
+    cup_x = x + layout.mirror * (rx - cup_rx) * layout.cup_shift[0]
+    cup_y = y + (ry - cup_ry) * layout.cup_shift[1]
+    return (x, y, rx, ry), (cup_x, cup_y, cup_rx, cup_ry)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1158,12 +1196,7 @@ def _draw_shape(draw, mark: _Mark, layout: _Layout, x: float, y: float, rx: floa
 
 def _draw_optic_disc(draw: ImageDraw.ImageDraw, layout: _Layout, field_: _SmoothField, cup_ratio: float) -> None:
     """A yellow-orange disc with a soft edge and a pale cup whose height is cup_ratio of the disc height."""
-    x, y = layout.px(*layout.disc)
-    rx, ry = layout.disc_rx * layout.radius, layout.disc_ry * layout.radius
-    cup_ry = cup_ratio * ry
-    cup_rx = min(cup_ratio * rx * layout.cup_aspect, rx * 0.92)
-    cup_x = x + layout.mirror * (rx - cup_rx) * layout.cup_shift[0]  # cups sit towards the temporal rim
-    cup_y = y + (ry - cup_ry) * layout.cup_shift[1]
+    (x, y, rx, ry), (cup_x, cup_y, cup_rx, cup_ry) = _disc_and_cup(layout, cup_ratio)
     rim, inner, cup = field_.finish(np.array([_DISC_RIM, _DISC_INNER, _CUP]), np.full(3, x), np.full(3, y)).tolist()
     # Stacked translucent ellipses give the disc a soft margin and a gentle radial gradient.
     layers = [

@@ -17,7 +17,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from focus_dagster.datasets.rfmid import DISEASE_COLUMNS, PUBLISHED_COLUMNS, SPLIT_LAYOUTS
+from focus_dagster.datasets.rfmid import (
+    DISEASE_COLUMNS,
+    PUBLISHED_COLUMNS,
+    SPLIT_LAYOUTS,
+)
 from focus_dagster.synthetic.common import (
     ImageJob,
     SynthManifest,

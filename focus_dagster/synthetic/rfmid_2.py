@@ -18,7 +18,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from focus_dagster.datasets.rfmid_2 import DISEASE_COLUMNS, PUBLISHED_COLUMNS, PUBLISHED_HEADER, SPLIT_LAYOUTS
+from focus_dagster.datasets.rfmid_2 import (
+    DISEASE_COLUMNS,
+    PUBLISHED_COLUMNS,
+    PUBLISHED_HEADER,
+    SPLIT_LAYOUTS,
+)
 from focus_dagster.synthetic.common import (
     ImageJob,
     SynthManifest,

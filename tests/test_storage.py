@@ -1,0 +1,49 @@
+"""FocusStorage: typed tables, per-partition replacement, and no connection left open."""
+
+from __future__ import annotations
+
+import duckdb
+import pandas as pd
+import pytest
+from dagster_duckdb import DuckDBResource
+
+from resources.storage import FocusStorage
+
+
+@pytest.fixture
+def storage(tmp_path):
+    return FocusStorage(duckdb=DuckDBResource(database=str(tmp_path / "db" / "focus.duckdb")), artifacts_dir=str(tmp_path / "a"))
+
+
+def quarantine(dataset, n):
+    return pd.DataFrame({"dataset": pd.Series([dataset] * n, dtype=object), "source_row": pd.Series(range(n), dtype="int64"),
+                         "reason": pd.Series([f"r{i}" for i in range(n)], dtype=object)})
+
+
+def test_a_first_empty_partition_does_not_fix_column_types_to_null(storage):
+    storage.replace_rows("records", "quarantine", quarantine("brset", 0), "dataset", "brset")
+    storage.replace_rows("records", "quarantine", quarantine("rfmid_2", 2), "dataset", "rfmid_2")
+    assert storage.read_table("records", "quarantine")["reason"].tolist() == ["r0", "r1"]
+
+
+def test_replace_rows_touches_only_its_partition(storage):
+    storage.replace_rows("records", "quarantine", quarantine("a", 3), "dataset", "a")
+    storage.replace_rows("records", "quarantine", quarantine("b", 2), "dataset", "b")
+    storage.replace_rows("records", "quarantine", quarantine("a", 1), "dataset", "a")
+    counts = storage.read_table("records", "quarantine")["dataset"].value_counts().to_dict()
+    assert counts == {"a": 1, "b": 2}
+
+
+def test_replace_table_keeps_types_of_all_null_columns(storage, tmp_path):
+    frame = pd.DataFrame({"image_id": ["x", "y"], "patient_id": [None, None], "grade": pd.array([1, None], dtype="Int64")})
+    storage.replace_table("records", "g1020", frame)
+    storage.replace_table("records", "g1020", frame.assign(patient_id=["p1", None]))
+    with duckdb.connect(str(tmp_path / "db" / "focus.duckdb"), read_only=True) as con:  # no writer left holding it
+        types = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'g1020'").fetchall())
+        assert con.execute("SELECT patient_id FROM records.g1020 ORDER BY image_id").fetchall() == [("p1",), (None,)]
+    assert types == {"image_id": "VARCHAR", "patient_id": "VARCHAR", "grade": "BIGINT"}
+
+
+def test_identifiers_are_checked(storage):
+    with pytest.raises(ValueError, match="identifier"):
+        storage.replace_table("records", "x; drop table y", quarantine("a", 1))

@@ -310,6 +310,33 @@ def resolve_file_names(names: pd.Series, listing: list[str], folder: str, defaul
     return names.map(resolve)
 
 
+def file_name_rows(
+    native: pd.DataFrame,
+    root: Path,
+    name_column: str,
+    image_dir: str,
+    *,
+    default_suffix: str,
+    native_split: str | None = None,
+) -> pd.DataFrame:
+    """Standard rows for a label table that names each image by its file name inside `image_dir`.
+
+    The image id is the name without extension; a name without extension is matched to the file on
+    disk; names that are blank or carry a folder part are quarantined. No patient id: the datasets laid
+    out this way (Messidor-2, REFUGE, G1020) publish none.
+    """
+    names = native[name_column]
+    files = resolve_file_names(names, list_images(root, image_dir), image_dir, default_suffix)
+    rows = standard_frame(
+        native,
+        image_id=names.map(file_stem),
+        image_path=image_dir + "/" + files,
+        patient_id=None,
+        native_split=native_split,
+    )
+    return mark_unsafe_file_names(rows, names, name_column, image_dir)
+
+
 def mark_unsafe_file_names(rows: pd.DataFrame, names: pd.Series, column: str, folder: str) -> pd.DataFrame:
     """Quarantine rows whose label names no plain file: a blank name, or one with a folder part.
 

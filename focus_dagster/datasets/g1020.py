@@ -21,12 +21,8 @@ from focus_dagster.datasets.base import (
     DatasetReader,
     LabelTable,
     apply_codes,
-    file_stem,
-    list_images,
-    mark_unsafe_file_names,
+    file_name_rows,
     read_label_csv,
-    resolve_file_names,
-    standard_frame,
 )
 from focus_dagster.errors import DatasetLayoutError
 
@@ -53,16 +49,7 @@ class G1020Reader(DatasetReader):
                 f"{DATASET_FOLDER}/{IMAGE_DIR}/image_<n>.jpg beside {DATASET_FOLDER}/{LABEL_FILE}."
             )
         native = read_label_csv(root, label_file, self.key, REQUIRED_COLUMNS)
-        names = native["imageID"]
-        files = resolve_file_names(names, list_images(root, image_dir), image_dir, default_suffix=".jpg")
-        rows = standard_frame(
-            native,
-            image_id=names.map(file_stem),
-            image_path=image_dir + "/" + files,
-            patient_id=None,
-            native_split=None,
-        )
-        rows = mark_unsafe_file_names(rows, names, "imageID", image_dir)
+        rows = file_name_rows(native, root, "imageID", image_dir, default_suffix=".jpg")
         return LabelTable(apply_codes(rows, CODES, self.key), [label_file], [image_dir])
 
 

@@ -33,14 +33,10 @@ from focus_dagster.datasets.base import (
     DatasetReader,
     LabelTable,
     apply_codes,
-    file_stem,
+    file_name_rows,
     find_existing,
     find_nested_root,
-    list_images,
-    mark_unsafe_file_names,
     read_label_csv,
-    resolve_file_names,
-    standard_frame,
 )
 from focus_dagster.errors import missing_columns_error
 
@@ -74,16 +70,7 @@ class Messidor2Reader(DatasetReader):
         image_dir = _join(prefix, find_existing(base, self.key, IMAGE_DIRS, "image folder"))
         native = read_label_csv(root, label_file, self.key, required=[])
         name_column = schema_name_column(native, str(root / label_file), self.key)
-        names = native[name_column]
-        files = resolve_file_names(names, list_images(root, image_dir), image_dir, default_suffix=".png")
-        rows = standard_frame(
-            native,
-            image_id=names.map(file_stem),
-            image_path=image_dir + "/" + files,
-            patient_id=None,
-            native_split=None,
-        )
-        rows = mark_unsafe_file_names(rows, names, name_column, image_dir)
+        rows = file_name_rows(native, root, name_column, image_dir, default_suffix=".png")
         return LabelTable(apply_codes(rows, CODES, self.key), [label_file], [image_dir])
 
 

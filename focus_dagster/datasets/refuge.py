@@ -31,11 +31,7 @@ from focus_dagster.datasets.base import (
     DatasetReader,
     LabelTable,
     apply_codes,
-    file_stem,
-    list_images,
-    mark_unsafe_file_names,
-    resolve_file_names,
-    standard_frame,
+    file_name_rows,
 )
 from focus_dagster.errors import (
     DatasetLayoutError,
@@ -97,17 +93,9 @@ class RefugeReader(DatasetReader):
             raise missing_columns_error(self.key, str(root / index_file), required, found)
         if "Label" not in native:
             native["Label"] = ""  # the unlabelled split: null labels, not missing rows
-        names = native["ImgName"]
-        files = resolve_file_names(names, list_images(root, image_dir), image_dir, default_suffix=".jpg")
-        rows = standard_frame(
-            native,
-            image_id=names.map(file_stem),
-            image_path=image_dir + "/" + files,
-            patient_id=None,
-            native_split=split,
-        )
+        rows = file_name_rows(native, root, "ImgName", image_dir, default_suffix=".jpg", native_split=split)
         rows["camera"] = CAMERA_BY_SPLIT[split]
-        return mark_unsafe_file_names(rows, names, "ImgName", image_dir)
+        return rows
 
 
 def dataset_folder(root: Path, dataset: str) -> str:

@@ -26,8 +26,6 @@ from pathlib import Path
 
 import pandas as pd
 
-# The reason columns are the base module's private bookkeeping; an unreadable ID is a per-row defect that
-# has no published code list, so it is marked here directly (see the report on base.py).
 from focus_dagster.datasets.base import (
     Code,
     DatasetReader,

@@ -1,5 +1,6 @@
 """Dagster assets: thin wrappers that call the core, store the result and describe it."""
 
 from assets.datasets import build_dataset_assets
+from assets.labels import build_label_assets
 
-__all__ = ["build_dataset_assets"]
+__all__ = ["build_dataset_assets", "build_label_assets"]

@@ -56,6 +56,16 @@ def build_parser() -> argparse.ArgumentParser:
     records.add_argument("--image-check", choices=["none", "header", "full"], default="header")
     records.set_defaults(run=cmd_records)
 
+    labels = sub.add_parser("labels", help="harmonise one dataset's labels and splits (no Dagster needed)")
+    labels.add_argument("key", help="dataset key, e.g. brset")
+    labels.add_argument("--root", required=True, type=Path, help="the dataset's root folder")
+    labels.add_argument("--splits-dir", type=Path, help="folder of published labels_splits_<dataset>.csv files")
+    labels.add_argument("--seed", type=int, default=0, help="seed of the 60/40 split where no other split applies")
+    labels.add_argument("--out", required=True, type=Path, help="output file: .csv or .parquet")
+    labels.add_argument("--rejects", type=Path, help="also write the rejected records (.csv or .parquet)")
+    labels.add_argument("--no-content-hash", action="store_true", help="skip hashing image bytes (leakage check)")
+    labels.set_defaults(run=cmd_labels)
+
     release = sub.add_parser("release", help="fingerprint one dataset on disk (its release version)")
     release.add_argument("key")
     release.add_argument("--root", required=True, type=Path)
@@ -99,6 +109,30 @@ def cmd_records(args) -> int:
         write_frame(result.quarantine, args.quarantine)
     print(result.accounting_line())
     print(f"records written to {args.out}" + (f", quarantine to {args.quarantine}" if args.quarantine else ""))
+    return 0
+
+
+def cmd_labels(args) -> int:
+    from focus_dagster.datasets import read_dataset
+    from focus_dagster.labels import harmonise
+
+    read = read_dataset(args.key, args.root)
+    result = harmonise(
+        args.key, read.records, read.quarantine, root=None if args.no_content_hash else read.root,
+        splits_dir=args.splits_dir, seed=args.seed,
+    )
+    write_frame(result.labels, args.out)
+    if args.rejects is not None:
+        write_frame(result.rejects, args.rejects)
+    print(f"rule {result.rule.id}: {result.rule.description}")
+    print(f"split: {result.split_method}" + (f" ({result.split_source})" if result.split_source else ""))
+    for task, splits in result.positives_by_split().items():
+        cells = "  ".join(f"{split} {c['positives']}/{c['n']}" for split, c in splits.items())
+        print(f"  {task:<13} positives/labelled: {cells}")
+    for name, value in result.split_report.items():
+        if isinstance(value, int) and value and name != "split_file_rows":
+            print(f"  split file: {name.replace('_', ' ')}: {value}")
+    print(result.accounting_line())
     return 0
 
 

@@ -9,6 +9,7 @@ FOCUS_CONFIG) maps dataset keys to the local roots of real copies:
       idrid: synthetic                  # the embedded look-alike for this one
     synthetic: {per_dataset: 120, seed: 0, scale: 0.125}
     release: {observe_cron: "0 3 * * *", content_hash: false}
+    splits: {dir: /data/focus-splits, seed: 0}   # published labels_splits_<dataset>.csv files (optional)
     image_check: header                 # none | header | full
 
 Only the datasets listed are registered (they become the dataset partitions). Relative paths are
@@ -31,9 +32,10 @@ from focus_dagster.errors import ConfigError
 SYNTHETIC = "synthetic"
 DEFAULT_HOME = ".focus"
 DEFAULT_OBSERVE_CRON = "0 3 * * *"
-_TOP_LEVEL_KEYS = {"datasets", "synthetic", "release", "image_check"}
+_TOP_LEVEL_KEYS = {"datasets", "synthetic", "release", "splits", "image_check"}
 _SYNTHETIC_KEYS = {"per_dataset", "seed", "scale"}
 _RELEASE_KEYS = {"observe_cron", "content_hash"}
+_SPLITS_KEYS = {"dir", "seed"}
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,8 @@ class FocusConfig:
     observe_cron: str = DEFAULT_OBSERVE_CRON
     content_hash: bool = False
     image_check: str = "header"
+    splits_dir: Path | None = None  # published split files; None = native or seeded splits
+    split_seed: int = 0
     source: Path | None = None  # the focus.yaml it came from, if any
 
     @property
@@ -114,6 +118,12 @@ def parse_config(raw: Any, home: Path, source: Path | None = None) -> FocusConfi
     release = raw.get("release") or {}
     _expect_mapping(release, where, "release")
     _reject_unknown(release, _RELEASE_KEYS, where, "release")
+    splits = raw.get("splits") or {}
+    _expect_mapping(splits, where, "splits")
+    _reject_unknown(splits, _SPLITS_KEYS, where, "splits")
+    splits_dir = (base / Path(str(splits["dir"])).expanduser()).resolve() if splits.get("dir") else None
+    if splits_dir is not None and not splits_dir.is_dir():
+        raise ConfigError(f"{where}: splits.dir {splits_dir} is not a folder.")
     image_check = raw.get("image_check", "header")
     if image_check not in IMAGE_CHECKS:
         raise ConfigError(f"{where}: image_check must be one of {list(IMAGE_CHECKS)}, got {image_check!r}.")
@@ -124,6 +134,8 @@ def parse_config(raw: Any, home: Path, source: Path | None = None) -> FocusConfi
         observe_cron=str(release.get("observe_cron", DEFAULT_OBSERVE_CRON)),
         content_hash=bool(release.get("content_hash", False)),
         image_check=image_check,
+        splits_dir=splits_dir,
+        split_seed=int(splits.get("seed", 0)),
         source=source,
     )
 

@@ -24,18 +24,19 @@ OBSERVE_JOB = "observe_dataset_releases"
 def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
     from dagster_duckdb import DuckDBResource
 
-    from assets import build_dataset_assets
+    from assets import build_dataset_assets, build_label_assets
     from checks import build_record_checks
     from resources import DatasetRoots, FocusStorage
 
     config = config or load_config()
     datasets = dg.StaticPartitionsDefinition(config.dataset_keys)
     dataset_release, dataset_records = build_dataset_assets(datasets)
+    [harmonise_labels] = build_label_assets(datasets, dataset_records)
     data_layer = dg.define_asset_job(
         DATA_LAYER_JOB,
-        selection=dg.AssetSelection.assets(dataset_records),
+        selection=dg.AssetSelection.assets(dataset_records, harmonise_labels),
         partitions_def=datasets,
-        description="Read every registered dataset from its published layout into native records.",
+        description="Read a dataset from its published layout into native records, then harmonised labels.",
     )
     observe = dg.define_asset_job(
         OBSERVE_JOB,
@@ -43,7 +44,7 @@ def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
         description="Fingerprint every registered dataset on disk (its release version).",
     )
     return dg.Definitions(
-        assets=[dataset_release, dataset_records],
+        assets=[dataset_release, dataset_records, harmonise_labels],
         asset_checks=build_record_checks(dataset_records, datasets),
         jobs=[data_layer, observe],
         schedules=[

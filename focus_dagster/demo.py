@@ -44,31 +44,32 @@ def run_demo() -> int:
             failures += [] if result.success else [key]
             print("  " + _records_line(result, key))
     print(f"done in {time.perf_counter() - started:.1f}s" + (f"; FAILED: {', '.join(failures)}" if failures else ""))
-    print(f"  tables:    {config.database}  (schema `records`: one table per dataset, `quarantine`, `unlisted_images`)")
+    print(f"  tables:    {config.database}")
+    print("             records.<dataset>, records.quarantine, records.unlisted_images, labels.harmonised, labels.rejects")
     print(f"  instance:  {dagster_home}")
     print(f"  open the UI: make ui   (http://{UI_HOST}:{UI_PORT}, lineage graph and every run above)")
     return 1 if failures else 0
 
 
 def _records_line(result, key: str) -> str:
-    """One line per dataset: the accounting of its records and the verdict of its checks."""
-    materialized = [
-        e.event_specific_data.materialization
+    """One line per dataset: records and labels accounting, then the verdict of every check."""
+    meta = {
+        e.asset_key.to_user_string(): {k: v.value for k, v in e.event_specific_data.materialization.metadata.items()}
         for e in result.all_events
         if e.event_type_value == "ASSET_MATERIALIZATION"
-    ]
-    if not materialized:
+    }
+    if "dataset_records" not in meta:
         return f"{key:<11} FAILED: {_failure_message(result)}"
-    meta = {k: v.value for k, v in materialized[0].metadata.items()}
-    checks = [
-        f"{e.event_specific_data.check_name}={'pass' if e.event_specific_data.passed else 'FAIL'}"
+    records = meta["dataset_records"]
+    line = f"{key:<11} read {records['rows_read']:>5} = kept {records['rows_kept']:>5} + quarantined {records['rows_quarantined']:>3}"
+    labels = meta.get("harmonised_labels")
+    line += f" | labelled {labels['rows_labelled']:>5} ({labels['split_method']} split)" if labels else " | labels not built"
+    failed = [
+        e.event_specific_data.check_name
         for e in result.all_events
-        if e.event_type_value == "ASSET_CHECK_EVALUATION"
+        if e.event_type_value == "ASSET_CHECK_EVALUATION" and not e.event_specific_data.passed
     ]
-    return (
-        f"{key:<11} read {meta['rows_read']:>5} = kept {meta['rows_kept']:>5} + quarantined {meta['rows_quarantined']:>3}"
-        f"   release {meta['release_version'][:12]}   {' '.join(checks)}"
-    )
+    return line + (f" | checks failing: {', '.join(failed)}" if failed else " | all checks pass")
 
 
 def _failure_message(result) -> str:

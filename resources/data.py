@@ -21,6 +21,8 @@ class DatasetRoots(ConfigurableResource):
     synthetic_scale: float = 0.125
     image_check: str = "header"
     content_hash: bool = False
+    splits_dir: str = ""
+    split_seed: int = 0
 
     @classmethod
     def from_config(cls, config: FocusConfig) -> DatasetRoots:
@@ -32,6 +34,8 @@ class DatasetRoots(ConfigurableResource):
             synthetic_scale=config.synthetic.scale,
             image_check=config.image_check,
             content_hash=config.content_hash,
+            splits_dir=str(config.splits_dir or ""),
+            split_seed=config.split_seed,
         )
 
     def focus_config(self) -> FocusConfig:
@@ -41,6 +45,8 @@ class DatasetRoots(ConfigurableResource):
             synthetic=SyntheticSettings(self.synthetic_per_dataset, self.synthetic_seed, self.synthetic_scale),
             image_check=self.image_check,
             content_hash=self.content_hash,
+            splits_dir=Path(self.splits_dir) if self.splits_dir else None,
+            split_seed=self.split_seed,
         )
 
     def root(self, key: str) -> Path:
@@ -52,6 +58,9 @@ class DatasetRoots(ConfigurableResource):
 
     def fingerprint(self, key: str) -> ReleaseFingerprint:
         return fingerprint_dataset(key, self.root(key), content_hash=self.content_hash)
+
+    def splits_folder(self) -> Path | None:
+        return Path(self.splits_dir) if self.splits_dir else None
 
     def read(self, key: str) -> ReadResult:
         return read_dataset(key, self.root(key), image_check=self.image_check)

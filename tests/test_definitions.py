@@ -46,9 +46,11 @@ def test_demo_runs_end_to_end_and_says_where_results_are(monkeypatch, tmp_path, 
 
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
-    assert "rfmid_2     read    30 = kept    29 + quarantined   1" in out
-    assert "quarantine_rate=pass" in out and "make ui" in out and "focus.duckdb" in out
+    assert "rfmid_2     read    30 = kept    29 + quarantined   1 | labelled    29 (native split)" in out
+    assert out.count("all checks pass") == 2 and "make ui" in out and "focus.duckdb" in out
     assert (tmp_path / "home" / "dagster" / "dagster.yaml").is_file()
     with duckdb.connect(str(tmp_path / "home" / "focus.duckdb"), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM records.idrid").fetchone()[0] == 30
         assert con.execute("SELECT reason_code FROM records.quarantine").fetchall() == [("image_missing",)]
+        assert con.execute("SELECT stage, reason_code FROM labels.rejects").fetchall() == [("records", "image_missing")]
+        assert con.execute("SELECT count(*) FROM labels.harmonised WHERE dataset = 'idrid'").fetchone()[0] == 30

@@ -1,0 +1,80 @@
+"""Harmonised task labels and the records that did not make it."""
+
+import dagster as dg
+
+from focus_dagster.labels import LabelResult, harmonise
+from resources import DatasetRoots, FocusStorage
+
+LABELS_SCHEMA = "labels"
+LABELS_TABLE = "harmonised"
+REJECTS_TABLE = "rejects"
+LABEL_GROUP = "labels"
+
+HARMONISED_DESCRIPTION = (
+    "The canonical label table of one dataset: one row per benchmark image with its split, the three "
+    "binary tasks (any_dr, referable_dr, gon: 0/1, or null where the dataset does not define the task — "
+    "null is never 'negative'), age, sex (F/M), quality, camera, eye, a content hash of the image, and "
+    "`label_rule`, the id of the rule that produced the row (rules: focus_dagster/labels/rules.py). "
+    "Splits: the published split file when `splits.dir` is configured, else the native split, else a "
+    "seeded patient-grouped stratified 60/40. Table: `labels.harmonised` (column `dataset`)."
+)
+REJECTS_DESCRIPTION = (
+    "Every record of the dataset that is not in `harmonised_labels`, with the stage that rejected it "
+    "(records: quarantined by the reader; labels: outside the benchmark subset, blank or ungradable "
+    "label; splits: absent from or contradictory in the split file) and the reason. Records in = "
+    "labels + rejects, exactly. Table: `labels.rejects`."
+)
+
+
+def build_label_assets(partitions: dg.StaticPartitionsDefinition, dataset_records: dg.AssetsDefinition) -> list:
+    @dg.multi_asset(
+        specs=[
+            dg.AssetSpec("harmonised_labels", deps=[dataset_records], description=HARMONISED_DESCRIPTION,
+                         group_name=LABEL_GROUP, kinds={"duckdb"}),
+            dg.AssetSpec("label_rejects", deps=[dataset_records], description=REJECTS_DESCRIPTION,
+                         group_name=LABEL_GROUP, kinds={"duckdb"}),
+        ],
+        partitions_def=partitions,
+        pool="duckdb",
+    )
+    def harmonise_labels(context: dg.AssetExecutionContext, datasets: DatasetRoots, storage: FocusStorage):
+        key = context.partition_key
+        records = storage.read_table("records", key)
+        quarantine = storage.read_table("records", "quarantine", "dataset = ?", [key])
+        result = harmonise(
+            key, records, quarantine, root=datasets.root(key), splits_dir=datasets.splits_folder(),
+            seed=datasets.split_seed,
+        )
+        storage.replace_rows(LABELS_SCHEMA, LABELS_TABLE, result.labels, "dataset", key)
+        storage.replace_rows(LABELS_SCHEMA, REJECTS_TABLE, result.rejects, "dataset", key)
+        context.log.info(result.accounting_line())
+        yield dg.MaterializeResult(asset_key="harmonised_labels", metadata=labels_metadata(result))
+        yield dg.MaterializeResult(asset_key="label_rejects", metadata=rejects_metadata(result))
+
+    return [harmonise_labels]
+
+
+def labels_metadata(result: LabelResult) -> dict:
+    return {
+        "dagster/row_count": len(result.labels),
+        "dagster/table_name": f"{LABELS_SCHEMA}.{LABELS_TABLE}",
+        "label_rule": result.rule.id,
+        "rule": dg.MetadataValue.md(f"**{result.rule.id}**: {result.rule.description}"),
+        "split_method": result.split_method,
+        "split_source": result.split_source or "",
+        "split_report": dg.MetadataValue.json(result.split_report),
+        "positives_by_split": dg.MetadataValue.json(result.positives_by_split()),
+        "records_in": result.records_in,
+        "rows_labelled": len(result.labels),
+        "rows_rejected": len(result.rejects),
+    }
+
+
+def rejects_metadata(result: LabelResult) -> dict:
+    by_reason = result.rejects.groupby(["stage", "reason_code"]).size()
+    return {
+        "dagster/row_count": len(result.rejects),
+        "dagster/table_name": f"{LABELS_SCHEMA}.{REJECTS_TABLE}",
+        "records_in": result.records_in,
+        "reasons": dg.MetadataValue.json({f"{stage}/{code}": int(n) for (stage, code), n in by_reason.items()}),
+    }

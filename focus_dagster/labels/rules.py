@@ -1,0 +1,245 @@
+"""The label rules: how each dataset's own columns become the three benchmark tasks.
+
+One rule per dataset, each written once, with an id that every harmonised row carries (`label_rule`)
+and a description the UI shows. A rule has three parts:
+
+- `subset`: which native records belong to the benchmark (the rest are rejected with a reason);
+- `tasks`: any_dr / referable_dr / gon as functions of the native columns. A task the dataset does not
+  carry is absent and becomes null ("not defined"), never 0;
+- `metadata`: age, sex (F/M), quality (adequate/inadequate), camera and eye (R/L) from the dataset's own
+  codes (sex codes differ per dataset: BRSET 1 = male, mBRSET 1 = male, PAPILA 0 = male).
+
+Rules follow the reference benchmark exactly (see datasets.md); the consistency check recomputes every
+label from the stored records with these same functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+TASKS = ("any_dr", "referable_dr", "gon")
+METADATA = ("age", "sex", "quality", "camera", "eye")
+
+Frame = pd.DataFrame
+Series = pd.Series
+
+
+@dataclass(frozen=True)
+class SubsetFilter:
+    """Records outside the benchmark subset: `excluded(records)` is True for rows to reject."""
+
+    reason_code: str
+    reason: str
+    excluded: Callable[[Frame], Series]
+
+
+@dataclass(frozen=True)
+class LabelRule:
+    id: str
+    dataset: str
+    description: str
+    tasks: dict[str, Callable[[Frame], Series]]
+    subset: tuple[SubsetFilter, ...] = ()
+    metadata: Callable[[Frame], dict[str, Series]] = field(default=lambda records: {})
+
+    def task_labels(self, records: Frame) -> Frame:
+        """The three task columns for `records` (nullable 0/1; null where the dataset lacks the task)."""
+        out = pd.DataFrame(index=records.index)
+        for task in TASKS:
+            if task in self.tasks:
+                out[task] = as_label(self.tasks[task](records))
+            else:
+                out[task] = pd.Series(pd.NA, index=records.index, dtype="Int8")
+        return out
+
+
+# ------------------------------------------------------------------------------------------ small helpers
+
+
+def num(records: Frame, column: str) -> Series:
+    """A native column as numbers (DuckDB returns nullable integers as floats with NaN)."""
+    return pd.to_numeric(records[column], errors="coerce")
+
+
+def as_label(values: Series) -> Series:
+    """Booleans / 0-1 numbers as nullable Int8; missing stays missing."""
+    numeric = pd.to_numeric(values.astype("object").where(values.notna(), None), errors="coerce")
+    return numeric.astype("Float64").round().astype("Int8")
+
+
+def defined_where(condition: Series, defined: Series) -> Series:
+    """`condition` as 0/1 where `defined`, null elsewhere (a blank grade is not a negative)."""
+    return condition.astype("Float64").where(defined, pd.NA)
+
+
+def mapped(values: Series, mapping: dict) -> Series:
+    """Map a coded column through the dataset's own table; unknown codes become null."""
+    def lookup(v):
+        if v is None or (isinstance(v, float) and np.isnan(v)):
+            return None
+        key = int(v) if isinstance(v, (int, float, np.integer, np.floating)) else str(v)
+        return mapping.get(key)
+
+    return values.map(lookup).astype(object)
+
+
+def constant(records: Frame, value) -> Series:
+    return pd.Series(value, index=records.index, dtype=object)
+
+
+def icdr_tasks(grade: Callable[[Frame], Series], edema: Callable[[Frame], Series]) -> dict:
+    """Any DR = ICDR >= 1; referable DR = ICDR >= 2 or macular edema (both null where the grade is blank)."""
+    return {
+        "any_dr": lambda r: defined_where(grade(r) >= 1, grade(r).notna()),
+        "referable_dr": lambda r: defined_where((grade(r) >= 2) | edema(r), grade(r).notna()),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- the rules
+
+JSIEC_ANY_DR = ("DR1", "DR2", "DR3", "Blur fundus with suspected PDR")
+JSIEC_REFERABLE = ("DR2", "DR3", "Blur fundus with suspected PDR")
+
+
+def _brset_metadata(r: Frame) -> dict:
+    return {
+        "age": num(r, "patient_age"),
+        "sex": mapped(num(r, "patient_sex"), {1: "M", 2: "F"}),
+        "quality": mapped(r["quality"], {"Adequate": "adequate", "Inadequate": "inadequate"}),
+        "camera": r["camera"].astype(object),
+        "eye": mapped(num(r, "exam_eye"), {1: "R", 2: "L"}),
+    }
+
+
+def _mbrset_metadata(r: Frame) -> dict:
+    return {
+        "age": num(r, "age"),
+        "sex": mapped(num(r, "sex"), {0: "F", 1: "M"}),
+        "quality": mapped(r["final_quality"], {"yes": "adequate", "no": "inadequate"}),
+        "camera": constant(r, "Phelcom Eyer"),
+        "eye": mapped(r["laterality"], {"right": "R", "left": "L"}),
+    }
+
+
+def _papila_metadata(r: Frame) -> dict:
+    return {
+        "age": num(r, "Age"),
+        "sex": mapped(num(r, "Gender"), {0: "M", 1: "F"}),
+        "eye": mapped(r["eye"], {"OD": "R", "OS": "L"}),
+    }
+
+
+def _mbrset_view(r: Frame) -> Series:
+    return r["file"].astype(str).str.extract(r"\.(\d)\.[^.]+$", expand=False)
+
+
+def _messidor_grade(r: Frame) -> Series:
+    return num(r, "diagnosis" if "diagnosis" in r else "adjudicated_dr_grade")
+
+
+RULES: dict[str, LabelRule] = {
+    rule.dataset: rule
+    for rule in [
+        LabelRule(
+            id="brset.icdr",
+            dataset="brset",
+            description="Diabetic patients only. any_dr = DR_ICDR >= 1; referable_dr = DR_ICDR >= 2 or "
+            "macular_edema = 1; gon = increased_cup_disc. Sex 1 = M, 2 = F.",
+            subset=(SubsetFilter("subset:not_diabetic", "not in the benchmark subset (diabetes != yes)",
+                                 lambda r: r["diabetes"].astype(str) != "yes"),),
+            tasks={
+                **icdr_tasks(lambda r: num(r, "DR_ICDR"), lambda r: num(r, "macular_edema") == 1),
+                "gon": lambda r: num(r, "increased_cup_disc"),
+            },
+            metadata=_brset_metadata,
+        ),
+        LabelRule(
+            id="mbrset.icdr",
+            dataset="mbrset",
+            description="Macula-centred images (*.1, *.3) with a final ICDR grade. any_dr = final_icdr >= 1; "
+            "referable_dr = final_icdr >= 2 or final_edema = yes (blank edema = no); no glaucoma label. "
+            "Sex 0 = F, 1 = M.",
+            subset=(
+                SubsetFilter("subset:not_macula_centred", "not macula-centred (views .2/.4 are disc-centred)",
+                             lambda r: ~_mbrset_view(r).isin(["1", "3"])),
+                SubsetFilter("label:blank_grade", "final_icdr is blank", lambda r: num(r, "final_icdr").isna()),
+            ),
+            tasks=icdr_tasks(lambda r: num(r, "final_icdr"), lambda r: r["final_edema"].astype(str) == "yes"),
+            metadata=_mbrset_metadata,
+        ),
+        LabelRule(
+            id="papila.diagnosis",
+            dataset="papila",
+            description="gon = Diagnosis in {1 glaucoma, 2 suspect} (suspects positive, as the reference). "
+            "Gender 0 = M, 1 = F.",
+            tasks={"gon": lambda r: num(r, "Diagnosis").isin([1, 2]).where(num(r, "Diagnosis").notna())},
+            metadata=_papila_metadata,
+        ),
+        LabelRule(
+            id="rfmid.dr_cme",
+            dataset="rfmid",
+            description="any_dr = DR; referable_dr = CME (the reference's choice: a degenerate task, 7 positives "
+            "in all of RFMiD). No demographics.",
+            tasks={"any_dr": lambda r: num(r, "DR"), "referable_dr": lambda r: num(r, "CME")},
+        ),
+        LabelRule(
+            id="rfmid_2.dr_me",
+            dataset="rfmid_2",
+            description="any_dr = DR; referable_dr = ME (4 positives in all: degenerate). No demographics.",
+            tasks={"any_dr": lambda r: num(r, "DR"), "referable_dr": lambda r: num(r, "ME")},
+        ),
+        LabelRule(
+            id="idrid.grade",
+            dataset="idrid",
+            description="any_dr = Retinopathy grade >= 1; referable_dr = grade >= 2 or Risk of macular edema > 0. "
+            "Images keyed by (split, name).",
+            tasks=icdr_tasks(lambda r: num(r, "Retinopathy grade"), lambda r: num(r, "Risk of macular edema") > 0),
+        ),
+        LabelRule(
+            id="messidor_2.adjudicated",
+            dataset="messidor_2",
+            description="Gradable images only. any_dr = adjudicated grade >= 1; referable_dr = grade >= 2 or "
+            "adjudicated_dme = 1.",
+            subset=(
+                SubsetFilter("label:ungradable", "adjudicated as not gradable",
+                             lambda r: num(r, "adjudicated_gradable") == 0),
+                SubsetFilter("label:blank_grade", "adjudicated grade is blank", lambda r: _messidor_grade(r).isna()),
+            ),
+            tasks=icdr_tasks(_messidor_grade, lambda r: num(r, "adjudicated_dme") == 1),
+        ),
+        LabelRule(
+            id="refuge.label",
+            dataset="refuge",
+            description="gon = Label (1 = glaucoma); the unlabelled test split is rejected. Split: official "
+            "train = train, official val = test (the reference benchmark).",
+            subset=(SubsetFilter("label:unlabelled", "no glaucoma label (unlabelled split)",
+                                 lambda r: num(r, "Label").isna()),),
+            tasks={"gon": lambda r: num(r, "Label")},
+            metadata=lambda r: {"camera": r["camera"].astype(object)},
+        ),
+        LabelRule(
+            id="g1020.binary",
+            dataset="g1020",
+            description="gon = binaryLabels (1 = glaucoma). No patient column: splits may leak patients.",
+            tasks={"gon": lambda r: num(r, "binaryLabels")},
+        ),
+        LabelRule(
+            id="jsiec1000.folder",
+            dataset="jsiec1000",
+            description="any_dr = class folder DR1, DR2, DR3 or blur with suspected PDR; referable_dr = DR2, DR3 "
+            "or suspected PDR (DR1 negative); glaucoma not evaluated.",
+            tasks={
+                "any_dr": lambda r: r["class_name"].isin(JSIEC_ANY_DR),
+                "referable_dr": lambda r: r["class_name"].isin(JSIEC_REFERABLE),
+            },
+        ),
+    ]
+}
+
+
+def rule_for(dataset: str) -> LabelRule:
+    return RULES[dataset]

@@ -25,7 +25,7 @@ def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
     from dagster_duckdb import DuckDBResource
 
     from assets import build_dataset_assets, build_label_assets
-    from checks import build_record_checks
+    from checks import build_label_checks, build_record_checks
     from resources import DatasetRoots, FocusStorage
 
     config = config or load_config()
@@ -45,7 +45,7 @@ def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
     )
     return dg.Definitions(
         assets=[dataset_release, dataset_records, harmonise_labels],
-        asset_checks=build_record_checks(dataset_records, datasets),
+        asset_checks=[*build_record_checks(dataset_records, datasets), *build_label_checks(datasets)],
         jobs=[data_layer, observe],
         schedules=[
             dg.ScheduleDefinition(

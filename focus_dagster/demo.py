@@ -64,12 +64,12 @@ def _records_line(result, key: str) -> str:
     line = f"{key:<11} read {records['rows_read']:>5} = kept {records['rows_kept']:>5} + quarantined {records['rows_quarantined']:>3}"
     labels = meta.get("harmonised_labels")
     line += f" | labelled {labels['rows_labelled']:>5} ({labels['split_method']} split)" if labels else " | labels not built"
-    failed = [
-        e.event_specific_data.check_name
-        for e in result.all_events
-        if e.event_type_value == "ASSET_CHECK_EVALUATION" and not e.event_specific_data.passed
-    ]
-    return line + (f" | checks failing: {', '.join(failed)}" if failed else " | all checks pass")
+    verdicts = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    errors = [v.check_name for v in verdicts if not v.passed and v.severity.value == "ERROR"]
+    warnings = [v.check_name for v in verdicts if not v.passed and v.severity.value != "ERROR"]
+    line += f" | {len(verdicts) - len(errors) - len(warnings)}/{len(verdicts)} checks pass"
+    line += f" | FAILED: {', '.join(errors)}" if errors else ""
+    return line + (f" | warn: {', '.join(warnings)}" if warnings else "")
 
 
 def _failure_message(result) -> str:

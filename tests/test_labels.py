@@ -12,7 +12,7 @@ import pytest
 from focus_dagster.datasets import DATASET_KEYS, read_dataset
 from focus_dagster.labels import LABEL_COLUMNS, RULES, harmonise
 from focus_dagster.labels.splits import path_tail
-from tests.conftest import SHARED_REFERENCE, copy_tree
+from tests.conftest import SHARED_REFERENCE
 
 # Which tasks each dataset defines under the reference grid (datasets.md).
 TASK_GRID = {

@@ -1,6 +1,11 @@
 """Harmonised task labels: the rules per dataset, the splits, and the label checks."""
 
-from focus_dagster.labels.harmonise import LABEL_COLUMNS, REJECT_COLUMNS, LabelResult, harmonise
+from focus_dagster.labels.harmonise import (
+    LABEL_COLUMNS,
+    REJECT_COLUMNS,
+    LabelResult,
+    harmonise,
+)
 from focus_dagster.labels.rules import RULES, TASKS
 
 __all__ = ["LABEL_COLUMNS", "REJECT_COLUMNS", "RULES", "TASKS", "LabelResult", "harmonise"]

@@ -1,0 +1,551 @@
+"""Data-quality checks on the harmonised label table, each one property validated with Great Expectations.
+
+The harmonised table (one row per image, canonical columns in shared/datasets.md) feeds every score of the
+benchmark, so it is checked before anything downstream runs. Each `check_*` function tests one property and
+returns a `CheckOutcome`: the verdict, how many rows (or groups) break the property, a few offending items
+and the per-expectation results. Properties of single rows run as Great Expectations expectations on the
+table itself; properties of groups (a patient across splits, a task within a split, the row accounting) are
+first reduced with pandas to a small frame, which is then validated the same way, so every verdict comes from
+an expectation and shows up in `expectations`.
+
+Great Expectations 1.x is called directly, through one in-memory context per process that is built (and the
+library imported) on first use, so loading the code location stays quick. Nothing is written to disk, nothing
+is fetched, no progress bars are drawn.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from itertools import chain, zip_longest
+from typing import Any
+
+import pandas as pd
+
+from focus_dagster.labels.rules import TASKS
+from focus_dagster.labels.splits import SPLITS
+
+__all__ = [
+    "CheckOutcome",
+    "check_degenerate_tasks",
+    "check_label_values",
+    "check_metadata_coverage",
+    "check_patient_ids",
+    "check_referable_implies_any",
+    "check_row_accounting",
+    "check_rule_consistency",
+    "check_split_leakage",
+]
+
+# The codes of the canonical harmonised record (shared/datasets.md), as the label rules write them.
+ALLOWED_VALUES: dict[str, list] = {
+    **{task: [0, 1] for task in TASKS},
+    "split": list(SPLITS),
+    "sex": ["F", "M"],
+    "quality": ["adequate", "inadequate"],
+    "eye": ["R", "L"],
+}
+REQUIRED_COLUMNS = ("image_id", "split", "label_rule")
+VALUE_COLUMNS = tuple(dict.fromkeys((*REQUIRED_COLUMNS, *ALLOWED_VALUES)))
+# The fairness and quality axes: one of them with no value at all means that axis cannot be reported.
+AXIS_COLUMNS = ("age", "sex", "quality", "camera")
+COVERAGE_COLUMNS = (*AXIS_COLUMNS, "eye", "patient_id")
+
+MAX_EXAMPLES = 10
+# Ties each GX result back to the expectation that produced it: suite validation reorders by column.
+_ORDER_KEY = "focus_order"
+
+
+# ------------------------------------------------------------------------------------------------ outcome
+
+
+@dataclass
+class CheckOutcome:
+    """The verdict of one property of the label table, with enough detail to act on it."""
+
+    name: str
+    success: bool
+    unexpected_count: int
+    checked_count: int
+    examples: list[dict] = field(default_factory=list)
+    expectations: list[dict] = field(default_factory=list)
+    info: dict = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        """Everything above as plain JSON types, ready to be shown as asset-check metadata."""
+        return _jsonable(asdict(self))
+
+
+# ------------------------------------------------------------------------------------------------- checks
+
+
+def check_label_values(labels: pd.DataFrame) -> CheckOutcome:
+    """Every label and metadata code is one the benchmark knows.
+
+    Task labels (any_dr, referable_dr, gon) are 0, 1 or empty (empty means "not defined for this image",
+    never a negative); split is train, val or test and always set; sex is F or M, quality adequate or
+    inadequate, eye R or L, each possibly empty; image_id is set and unique; every row names the label rule that
+    produced it. A failure here means the harmonisation wrote a code the scoring cannot interpret.
+    """
+    expect = _expect()
+    present = [c for c in VALUE_COLUMNS if c in labels.columns]
+    # Expectations on an absent column would only raise; the table-columns expectation reports it instead.
+    expectations = [expect.ExpectTableColumnsToMatchSet(column_set=list(VALUE_COLUMNS), exact_match=False)]
+    expectations += [expect.ExpectColumnValuesToBeInSet(column=c, value_set=allowed)
+                     for c, allowed in ALLOWED_VALUES.items() if c in present]
+    expectations += [expect.ExpectColumnValuesToNotBeNull(column=c) for c in REQUIRED_COLUMNS if c in present]
+    if "image_id" in present:
+        expectations.append(expect.ExpectColumnValuesToBeUnique(column="image_id"))
+    key = ["image_id"] if "image_id" in present else []
+    verdicts = _validate("labels", labels[present], expectations, key)
+    examples = _interleave(_row_examples(v) for v in verdicts)
+    return _outcome("label_values", verdicts, checked=len(labels), examples=examples)
+
+
+def check_rule_consistency(labels: pd.DataFrame, recomputed: pd.DataFrame) -> CheckOutcome:
+    """The stored labels are exactly what the label rules give when run again on the source records.
+
+    Images are matched by image_id. For each task the stored and recomputed values must agree wherever
+    either is defined: an empty label that became 0 (or the reverse) is a disagreement, because "not
+    defined" must never turn into "negative". An image present on one side only is a disagreement too, and
+    so is an image_id that appears twice, since its labels cannot be matched.
+    """
+    _require_columns(recomputed, ("image_id", *TASKS), "recomputed labels",
+                     "recompute every task from the source records before comparing")
+    _require_columns(labels, ("image_id", *TASKS), "harmonised labels",
+                     "pass the full harmonised table")
+    joined = _join_stored_and_recomputed(labels, recomputed)
+    expect = _expect()
+    expectations = [
+        expect.ExpectColumnValuesToBeInSet(column="presence", value_set=["both"]),
+        expect.ExpectColumnValuesToBeUnique(column="image_id"),
+    ]
+    # Tasks are compared only on images both sides have; one-sided images are counted once, above.
+    expectations += [
+        expect.ExpectColumnPairValuesToBeEqual(
+            column_A=f"{task}_stored", column_B=f"{task}_recomputed", ignore_row_if="both_values_are_missing",
+            row_condition='presence=="both"', condition_parser="pandas")
+        for task in TASKS
+    ]
+    verdicts = _validate("rule_comparison", joined, expectations, ["image_id"])
+    presence, unique, *tasks = verdicts
+    examples = _interleave([
+        [{"image_id": r.get("image_id"), "problem": r.get("presence")} for r in presence.rows],
+        [{"image_id": r.get("image_id"), "problem": "image_id appears more than once"} for r in unique.rows],
+        *(_mismatch_examples(task, v) for task, v in zip(TASKS, tasks, strict=True)),
+    ])
+    return _outcome("rule_consistency", verdicts, checked=len(joined), examples=examples)
+
+
+def _mismatch_examples(task: str, verdict: _Verdict) -> list[dict]:
+    return [{"image_id": r.get("image_id"), "column": task, "stored": _label(r.get(f"{task}_stored")),
+             "recomputed": _label(r.get(f"{task}_recomputed"))} for r in verdict.rows]
+
+
+def check_referable_implies_any(labels: pd.DataFrame) -> CheckOutcome:
+    """An image with referable DR also has any DR (referable_dr <= any_dr wherever both are defined).
+
+    Under the reference rules this can fail legitimately: diabetic macular edema makes an image referable
+    even when its ICDR grade is 0. The rows are reported so their number can be judged, not as an error.
+    """
+    _require_columns(labels, ("image_id", "any_dr", "referable_dr"), "harmonised labels",
+                     "pass the full harmonised table")
+    frame = labels[["image_id", "any_dr", "referable_dr"]].astype({"any_dr": "float64", "referable_dr": "float64"})
+    expectation = _expect().ExpectColumnPairValuesAToBeGreaterThanB(
+        column_A="any_dr", column_B="referable_dr", or_equal=True, ignore_row_if="either_value_is_missing")
+    verdicts = _validate("labels", frame, [expectation], ["image_id"])
+    examples = [{"image_id": r.get("image_id"), "referable_dr": _label(r.get("referable_dr")),
+                 "any_dr": _label(r.get("any_dr"))} for r in verdicts[0].rows]
+    both_defined = int((frame["any_dr"].notna() & frame["referable_dr"].notna()).sum())
+    return _outcome("referable_implies_any", verdicts, checked=both_defined, examples=examples)
+
+
+def check_split_leakage(labels: pd.DataFrame) -> CheckOutcome:
+    """No patient and no image content sits in two splits.
+
+    A patient_id found in more than one of train, val and test, or the same image bytes (content_hash)
+    under two splits, lets a model be scored on what it was trained on. Rows without a patient_id cannot
+    be grouped and are counted in `rows_without_patient_id` (see the patient_ids check).
+    """
+    patient_splits = _splits_by_group(labels, "patient_id")
+    hash_splits = _splits_by_group(labels, "content_hash")
+    verdicts = [
+        *_validate("patient_splits", _split_counts(patient_splits, "patient_id"),
+                   [_one_split_per_group()], ["patient_id"]),
+        *_validate("hash_splits", _split_counts(hash_splits, "content_hash"),
+                   [_one_split_per_group()], ["content_hash"]),
+    ]
+    examples = _interleave([
+        _leak_examples(verdicts[0], patient_splits, "patient_id"),
+        _leak_examples(verdicts[1], hash_splits, "content_hash"),
+    ])
+    patients = patient_splits["patient_id"].nunique()
+    hashes = hash_splits["content_hash"].nunique()
+    info = {
+        "patients": patients,
+        "rows_without_patient_id": _null_count(labels, "patient_id"),
+        "content_hashes": hashes,
+        "rows_without_content_hash": _null_count(labels, "content_hash"),
+    }
+    return _outcome("split_leakage", verdicts, checked=patients + hashes, examples=examples, info=info)
+
+
+def check_row_accounting(records_in: int, labels: int, rejects: int) -> CheckOutcome:
+    """Every input record ends either in the label table or in the rejects table, with nothing lost.
+
+    The number of records read must equal labelled rows plus rejected rows exactly; a difference means
+    rows vanished (or were duplicated) during harmonisation without a recorded reason.
+    """
+    counts = {"records_in": int(records_in), "labels": int(labels), "rejects": int(rejects),
+              "unaccounted": int(records_in) - int(labels) - int(rejects)}
+    frame = pd.DataFrame({"records_in": [counts["records_in"]],
+                          "labels_plus_rejects": [counts["labels"] + counts["rejects"]]})
+    expectation = _expect().ExpectColumnPairValuesToBeEqual(column_A="records_in", column_B="labels_plus_rejects")
+    verdicts = _validate("row_accounting", frame, [expectation], [])
+    examples = [] if verdicts[0].entry["success"] else [counts]
+    return _outcome("row_accounting", verdicts, checked=1, examples=examples, info=counts)
+
+
+def check_metadata_coverage(labels: pd.DataFrame) -> CheckOutcome:
+    """Share of images with age, sex, quality, camera, eye and patient_id, and whether each axis can run.
+
+    The fairness (age, sex, camera) and quality axes need at least some images with the value; the check
+    fails when any of age, sex, quality or camera is empty on every row (or absent), and lists those
+    columns. Partial coverage passes and is shown as a fraction per column. Here the violating items are
+    columns: `unexpected_count` is the number of axes with no value, `checked_count` the number of axes.
+    """
+    frame = labels.reindex(columns=list(COVERAGE_COLUMNS))  # an absent column reads as empty everywhere
+    # `mostly` just above zero: the axis passes as soon as one row has a value. eye and patient_id are
+    # measured only (mostly=0): their absence limits nothing here (patient ids have their own check).
+    any_value = 0.5 / max(len(frame), 1)
+    expectations = [
+        _expect().ExpectColumnValuesToNotBeNull(column=c, mostly=any_value if c in AXIS_COLUMNS else 0.0)
+        for c in COVERAGE_COLUMNS
+    ]
+    verdicts = _validate("labels", frame, expectations, [])
+    by_column = dict(zip(COVERAGE_COLUMNS, verdicts, strict=True))
+    coverage = {c: _non_null_fraction(v.entry["unexpected_count"], len(frame)) for c, v in by_column.items()}
+    missing = [c for c in AXIS_COLUMNS if not by_column[c].entry["success"]]
+    examples = [{"column": c, "coverage": coverage[c], "problem": "no image has a value: this axis cannot run"}
+                for c in missing]
+    return CheckOutcome(
+        name="metadata_coverage",
+        success=not missing,
+        unexpected_count=len(missing),
+        checked_count=len(AXIS_COLUMNS),
+        examples=examples,
+        expectations=[v.entry for v in verdicts],
+        info=coverage,
+    )
+
+
+def check_patient_ids(labels: pd.DataFrame) -> CheckOutcome:
+    """Every image has a patient_id, so that splits can be shown to keep each patient on one side.
+
+    Rows without one cannot be checked for patient leakage across splits. Some datasets publish no patient
+    identifier at all (G1020, JSIEC, RFMiD): for them this check fails by design, and says how many rows
+    are affected.
+    """
+    frame = labels.reindex(columns=["image_id", "patient_id"])
+    expectation = _expect().ExpectColumnValuesToNotBeNull(column="patient_id")
+    verdicts = _validate("labels", frame, [expectation], ["image_id"])
+    examples = [{"image_id": r.get("image_id"), "column": "patient_id", "value": None} for r in verdicts[0].rows]
+    info = {"rows_without_patient_id": verdicts[0].entry["unexpected_count"]}
+    return _outcome("patient_ids", verdicts, checked=len(frame), examples=examples, info=info)
+
+
+def check_degenerate_tasks(labels: pd.DataFrame, min_positives: int = 10) -> CheckOutcome:
+    """Each task has enough positives and negatives in every split to be scored.
+
+    For every task defined on at least one image, positives and negatives are counted per split. A split
+    with fewer than `min_positives` positives, or fewer than `min_positives` negatives, gives an AUROC that
+    rests on a handful of images (RFMiD's referable DR has 2 positives in test): such a (task, split) is
+    flagged so it is reported as degenerate rather than scored silently.
+    """
+    counts = _class_counts(labels)
+    frame = _count_frame(counts)
+    expectation = _expect().ExpectColumnValuesToBeBetween(column="minority_count", min_value=min_positives)
+    verdicts = _validate("task_counts", frame, [expectation], ["task", "split"])
+    examples = [{"task": r.get("task"), "split": r.get("split"), **counts[r.get("task")][r.get("split")]}
+                for r in verdicts[0].rows]
+    return _outcome("degenerate_tasks", verdicts, checked=len(frame), examples=examples, info=counts)
+
+
+# ---------------------------------------------------------------------------------- group-level frames
+
+
+def _join_stored_and_recomputed(labels: pd.DataFrame, recomputed: pd.DataFrame) -> pd.DataFrame:
+    """One row per image_id on either side, both sides' task labels next to each other."""
+    joined = labels[["image_id", *TASKS]].merge(
+        recomputed[["image_id", *TASKS]], on="image_id", how="outer",
+        suffixes=("_stored", "_recomputed"), indicator="presence")
+    joined["presence"] = joined["presence"].astype(str).map({
+        "both": "both", "left_only": "missing from the recomputed labels",
+        "right_only": "missing from the stored labels"})
+    # As floats an empty label is NaN, which compares unequal to 0; pandas' nullable NA would not compare.
+    task_columns = [f"{task}_{side}" for task in TASKS for side in ("stored", "recomputed")]
+    return joined.astype({c: "float64" for c in task_columns})
+
+
+def _splits_by_group(labels: pd.DataFrame, key: str) -> pd.DataFrame:
+    """The distinct (key, split) pairs, rows without the key left out (they cannot be grouped)."""
+    if key not in labels.columns or "split" not in labels.columns:
+        return pd.DataFrame({key: pd.Series(dtype=object), "split": pd.Series(dtype=object)})
+    return labels[[key, "split"]].dropna().drop_duplicates()
+
+
+def _split_counts(pairs: pd.DataFrame, key: str) -> pd.DataFrame:
+    """How many splits each group (patient or content hash) appears in."""
+    return pairs.groupby(key, sort=True).size().rename("split_count").reset_index()
+
+
+def _one_split_per_group():
+    return _expect().ExpectColumnValuesToBeBetween(column="split_count", min_value=1, max_value=1)
+
+
+def _leak_examples(verdict: _Verdict, pairs: pd.DataFrame, key: str) -> list[dict]:
+    """The offending groups with the splits they sit in, e.g. {"patient_id": "17", "splits": ["test", "train"]}."""
+    offenders = [r.get(key) for r in verdict.rows]
+    splits = pairs[pairs[key].isin(offenders)].groupby(key)["split"].agg(lambda s: sorted(map(str, s)))
+    return [{key: k, "splits": splits.get(k, [])} for k in offenders]
+
+
+def _class_counts(labels: pd.DataFrame) -> dict[str, dict[str, dict[str, int]]]:
+    """{task: {split: {"positives": n, "negatives": m}}} for every task defined on at least one image."""
+    if "split" not in labels.columns:
+        return {}
+    present = set(labels["split"].dropna().astype(str))
+    splits = [s for s in SPLITS if s in present] + sorted(present - set(SPLITS))
+    split = labels["split"].astype(str)
+    counts: dict[str, dict[str, dict[str, int]]] = {}
+    for task in TASKS:
+        if task not in labels.columns or not labels[task].notna().any():
+            continue
+        positives = labels[task].eq(1).fillna(False).astype(bool).groupby(split).sum()
+        negatives = labels[task].eq(0).fillna(False).astype(bool).groupby(split).sum()
+        counts[task] = {s: {"positives": int(positives.get(s, 0)), "negatives": int(negatives.get(s, 0))}
+                        for s in splits}
+    return counts
+
+
+def _count_frame(counts: dict[str, dict[str, dict[str, int]]]) -> pd.DataFrame:
+    """One row per (task, split) with the size of its smaller class, the figure that must reach the minimum."""
+    rows = [{"task": task, "split": split, "positives": c["positives"], "negatives": c["negatives"],
+             "minority_count": min(c["positives"], c["negatives"])}
+            for task, by_split in counts.items() for split, c in by_split.items()]
+    columns = ["task", "split", "positives", "negatives", "minority_count"]
+    return pd.DataFrame(rows, columns=columns).astype({c: "int64" for c in columns[2:]})
+
+
+# ------------------------------------------------------------------------------------ Great Expectations
+
+
+@dataclass
+class _Verdict:
+    """One expectation's result: the public summary entry and the offending rows GX sampled."""
+
+    entry: dict
+    rows: list[dict]
+
+
+_GX_LOCK = threading.Lock()
+_GX_STATE: dict[str, Any] = {}
+
+
+def _gx():
+    """The great_expectations module, imported on first use so that importing this module stays fast."""
+    import great_expectations
+
+    return great_expectations
+
+
+def _expect():
+    """The namespace of GX expectation classes (ExpectColumnValuesToBeInSet, ...)."""
+    return _gx().expectations
+
+
+def _context():
+    """The process-wide in-memory GX context and its pandas data source, built once.
+
+    The stock ephemeral context creates a temporary data-docs folder; configuring the stores in memory and
+    no docs sites keeps everything off disk. Progress bars are off (they would flood the run logs) and so
+    are usage statistics (through the config and GX_ANALYTICS_ENABLED, for releases that read it).
+    """
+    with _GX_LOCK:
+        if "context" not in _GX_STATE:
+            os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+            gx = _gx()
+            from great_expectations.data_context.types.base import (
+                DataContextConfig,
+                InMemoryStoreBackendDefaults,
+                ProgressBarsConfig,
+            )
+
+            config = DataContextConfig(
+                store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
+                analytics_enabled=False,
+                progress_bars=ProgressBarsConfig(globally=False, metric_calculations=False),
+            )
+            context = gx.get_context(project_config=config, mode="ephemeral")
+            _GX_STATE["context"] = context
+            _GX_STATE["source"] = context.data_sources.add_pandas("focus_labels")
+            _GX_STATE["batch_definitions"] = {}
+        return _GX_STATE["context"]
+
+
+def _batch_definition(kind: str):
+    """The whole-dataframe batch definition for one kind of frame, created on first use and re-used."""
+    _context()
+    with _GX_LOCK:
+        definitions = _GX_STATE["batch_definitions"]
+        if kind not in definitions:
+            asset = _GX_STATE["source"].add_dataframe_asset(kind)
+            definitions[kind] = asset.add_batch_definition_whole_dataframe("whole")
+        return definitions[kind]
+
+
+def _validate(kind: str, frame: pd.DataFrame, expectations: list, key: list[str]) -> list[_Verdict]:
+    """Run the expectations on `frame` as one suite and return their verdicts in the order given.
+
+    One suite is about twice as fast as the same expectations one by one (the metrics share one pass).
+    `key` names the columns that identify an offending row in the sampled results.
+    """
+    for order, expectation in enumerate(expectations):
+        expectation.meta = {_ORDER_KEY: order}
+    suite = _gx().ExpectationSuite(name=f"focus_{kind}", expectations=expectations)
+    batch = _batch_definition(kind).get_batch(batch_parameters={"dataframe": frame})
+    result = batch.validate(suite, result_format=_result_format(key))
+    by_order = {r.expectation_config.meta[_ORDER_KEY]: r for r in result.results}
+    return [_verdict(by_order[order], type(expectation).__name__) for order, expectation in enumerate(expectations)]
+
+
+def _result_format(key: list[str]) -> dict:
+    result_format = {
+        "result_format": "SUMMARY",  # counts plus a sample; COMPLETE would list every offending row
+        "partial_unexpected_count": MAX_EXAMPLES,
+        "return_unexpected_index_query": False,
+    }
+    if key:
+        result_format["unexpected_index_column_names"] = list(key)
+    return result_format
+
+
+def _verdict(result, expectation_name: str) -> _Verdict:
+    config = result.expectation_config
+    details = result.result or {}
+    entry = {
+        "expectation": expectation_name,
+        "column(s)": _columns_of(config.kwargs),
+        "success": bool(result.success),
+        "unexpected_count": _unexpected_count(details),
+        "partial_unexpected_list": _jsonable(_partial_unexpected(details)[:MAX_EXAMPLES]),
+    }
+    error = _error_message(result.exception_info)
+    if error:
+        # An expectation that could not be evaluated must not pass.
+        entry.update(success=False, error=error)
+    rows = details.get("partial_unexpected_index_list") or []
+    return _Verdict(entry=entry, rows=[_jsonable(r) for r in rows[:MAX_EXAMPLES] if isinstance(r, dict)])
+
+
+def _columns_of(kwargs: dict):
+    if "column" in kwargs:
+        return kwargs["column"]
+    if "column_A" in kwargs:
+        return [kwargs["column_A"], kwargs["column_B"]]
+    return list(kwargs.get("column_list") or kwargs.get("column_set") or [])
+
+
+def _unexpected_count(details: dict) -> int:
+    if "unexpected_count" in details:
+        return int(details["unexpected_count"] or 0)
+    # Table-level expectations report mismatched columns instead of rows.
+    return len(details.get("details", {}).get("mismatched", {}).get("missing", []))
+
+
+def _partial_unexpected(details: dict) -> list:
+    if "partial_unexpected_list" in details:
+        return list(details["partial_unexpected_list"])
+    return sorted(details.get("details", {}).get("mismatched", {}).get("missing", []))
+
+
+def _error_message(exception_info) -> str | None:
+    """GX reports exceptions either flat or keyed by metric; return the first message, if any."""
+    if not exception_info:
+        return None
+    infos = [exception_info] if "raised_exception" in exception_info else list(exception_info.values())
+    for info in infos:
+        if isinstance(info, dict) and info.get("raised_exception", True) and info.get("exception_message"):
+            return str(info["exception_message"])
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def _outcome(name: str, verdicts: list[_Verdict], *, checked: int, examples: Iterable[dict],
+             info: dict | None = None) -> CheckOutcome:
+    entries = [v.entry for v in verdicts]
+    return CheckOutcome(
+        name=name,
+        success=all(e["success"] for e in entries),
+        unexpected_count=sum(e["unexpected_count"] for e in entries),
+        checked_count=int(checked),
+        examples=_jsonable(list(examples)[:MAX_EXAMPLES]),
+        expectations=entries,
+        info=_jsonable(info or {}),
+    )
+
+
+def _row_examples(verdict: _Verdict) -> list[dict]:
+    """{"image_id", "column", "value"} for each offending row of a single-column expectation."""
+    column = verdict.entry["column(s)"]
+    if not isinstance(column, str):  # the table-columns expectation: the offenders are missing columns
+        return [{"column": c, "problem": "column missing from the table"}
+                for c in verdict.entry["partial_unexpected_list"]]
+    return [{"image_id": r.get("image_id"), "column": column, "value": r.get(column)} for r in verdict.rows]
+
+
+def _interleave(groups: Iterable[list[dict]]) -> list[dict]:
+    """Take examples in turn from each expectation, so that one noisy column does not hide the others."""
+    mixed = chain.from_iterable(zip_longest(*groups))
+    return [e for e in mixed if e is not None][:MAX_EXAMPLES]
+
+
+def _require_columns(frame: pd.DataFrame, columns: Iterable[str], what: str, remedy: str) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"The {what} lack column(s) {', '.join(missing)}: {remedy}.")
+
+
+def _null_count(frame: pd.DataFrame, column: str) -> int:
+    return int(frame[column].isna().sum()) if column in frame.columns else len(frame)
+
+
+def _non_null_fraction(nulls: int, rows: int) -> float:
+    return round((rows - nulls) / rows, 4) if rows else 0.0
+
+
+def _label(value):
+    """A task label as 0, 1 or None (GX hands back floats and NaN)."""
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else int(value)
+
+
+def _jsonable(value):
+    """The same structure in plain JSON types: numpy scalars unwrapped, NaN and NA as None."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return None if math.isnan(value) or math.isinf(value) else value
+    if hasattr(value, "item"):  # numpy scalar
+        return _jsonable(value.item())
+    if pd.isna(value):
+        return None
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)

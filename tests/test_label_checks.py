@@ -1,0 +1,98 @@
+"""The label checks as Dagster asset checks: pass on sound labels, fail on each planted defect."""
+
+from __future__ import annotations
+
+import dagster as dg
+import duckdb
+import pytest
+
+from focus_dagster.config import FocusConfig
+from focus_dagster.definitions import DATA_LAYER_JOB, build_definitions
+from tests.conftest import copy_tree
+
+LABELS = dg.AssetKey("harmonised_labels")
+BLOCKING = {"label_values", "rule_consistency", "split_leakage", "row_accounting"}
+
+
+@pytest.fixture
+def built(synth_all, tmp_path):
+    out, _ = synth_all
+    config = FocusConfig(home=tmp_path / "home", roots={"brset": copy_tree(out / "brset", tmp_path / "brset")})
+    defs = build_definitions(config)
+    instance = dg.DagsterInstance.ephemeral()
+    result = defs.resolve_job_def(DATA_LAYER_JOB).execute_in_process(partition_key="brset", instance=instance)
+    return config, defs, instance, result
+
+
+def verdicts(result) -> dict:
+    return {e.event_specific_data.check_name: e.event_specific_data
+            for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+
+
+def run_check(config, name):
+    """The check body on the stored tables, as the asset check runs it (the wiring is tested above)."""
+    from dagster_duckdb import DuckDBResource
+
+    from checks.labels import LABEL_CHECKS, outcome_result
+    from resources import FocusStorage
+
+    storage = FocusStorage(duckdb=DuckDBResource(database=str(config.database)), artifacts_dir=str(config.artifacts))
+    [check] = [c for c in LABEL_CHECKS if c.name == name]
+    return outcome_result(check.run(storage, "brset"), check.blocking)
+
+
+def execute(config, sql):
+    with duckdb.connect(str(config.database)) as con:
+        con.execute(sql)
+
+
+def test_sound_labels_pass_every_blocking_check_with_gx_metadata(built):
+    _, _, _, result = built
+    found = verdicts(result)
+    assert BLOCKING <= set(found)
+    for name in BLOCKING:
+        assert found[name].passed and found[name].severity.value == "ERROR", name
+    assert found["metadata_coverage"].passed  # BRSET has age, sex, quality and camera
+    expectations = found["label_values"].metadata["expectations"].value
+    assert expectations and all("expectation" in e for e in expectations)
+
+
+def test_a_label_contradicting_its_source_columns_fails_rule_consistency(built):
+    config, _, _, _ = built
+    execute(config, "UPDATE labels.harmonised SET any_dr = 1 - any_dr WHERE image_id = "
+                    "(SELECT min(image_id) FROM labels.harmonised WHERE dataset = 'brset')")
+    verdict = run_check(config, "rule_consistency")
+    assert not verdict.passed and verdict.metadata["unexpected_count"].value == 1
+
+
+def test_a_patient_in_two_splits_fails_split_leakage(built):
+    config, _, _, _ = built
+    execute(config, """UPDATE labels.harmonised SET split = CASE split WHEN 'test' THEN 'train' ELSE 'test' END
+                       WHERE image_id = (SELECT min(image_id) FROM labels.harmonised
+                                         WHERE patient_id IN (SELECT patient_id FROM labels.harmonised
+                                                              GROUP BY patient_id HAVING count(*) > 1))""")
+    verdict = run_check(config, "split_leakage")
+    assert not verdict.passed and verdict.metadata["unexpected_count"].value >= 1
+
+
+def test_a_lost_reject_fails_row_accounting(built):
+    config, _, _, _ = built
+    execute(config, "DELETE FROM labels.rejects WHERE image_id = (SELECT min(image_id) FROM labels.rejects)")
+    assert not run_check(config, "row_accounting").passed
+
+
+def test_missing_labels_written_as_minus_one_fail_label_values_and_block(monkeypatch, synth_all, tmp_path):
+    """Defect 7 of the reference implementation, planted in the rule: the blocking check stops it."""
+    from focus_dagster.labels import rules
+
+    brset = rules.RULES["brset"]
+    bad_tasks = dict(brset.tasks, gon=lambda r: rules.num(r, "increased_cup_disc").where(lambda v: v == 1, -1))
+    monkeypatch.setitem(rules.RULES, "brset", rules.LabelRule(brset.id, "brset", brset.description, bad_tasks,
+                                                             brset.subset, brset.metadata))
+    out, _ = synth_all
+    config = FocusConfig(home=tmp_path / "home", roots={"brset": copy_tree(out / "brset", tmp_path / "brset")})
+    result = build_definitions(config).resolve_job_def(DATA_LAYER_JOB).execute_in_process(
+        partition_key="brset", instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    verdict = verdicts(result)["label_values"]
+    assert not verdict.passed and verdict.severity.value == "ERROR"
+    assert any(e.get("value") == -1 for e in verdict.metadata["examples"].value)

@@ -4,6 +4,7 @@
 import dagster as dg
 import pandas as pd
 
+from assets.automation import RELEASE_CHANGED
 from focus_dagster.datasets import DATASETS, ReadResult
 from resources import DatasetRoots, FocusStorage
 
@@ -11,18 +12,6 @@ RECORDS_SCHEMA = "records"
 QUARANTINE_TABLE = "quarantine"
 UNLISTED_TABLE = "unlisted_images"
 DATA_GROUP = "datasets"
-
-
-# Re-read a dataset when its release version changes (a new observation with the same version does not
-# count, so the daily observation refreshes nothing unless something changed) or when it was never read.
-RECORDS_AUTOMATION = (
-    (
-        dg.AutomationCondition.any_deps_match(dg.AutomationCondition.data_version_changed())
-        | dg.AutomationCondition.missing().newly_true()
-    )
-    & ~dg.AutomationCondition.any_deps_missing()
-    & ~dg.AutomationCondition.in_progress()
-).with_label("release changed or never read")
 
 
 def build_dataset_assets(partitions: dg.StaticPartitionsDefinition) -> list:
@@ -62,7 +51,7 @@ def build_dataset_assets(partitions: dg.StaticPartitionsDefinition) -> list:
         group_name=DATA_GROUP,
         pool="duckdb",
         kinds={"duckdb", "pandas"},
-        automation_condition=RECORDS_AUTOMATION,
+        automation_condition=RELEASE_CHANGED,
         description=(
             "Native records of one dataset: one row per image with the dataset's own columns (codes "
             "validated and typed), the image path relative to the dataset root, the patient id where the "

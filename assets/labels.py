@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from assets.automation import GATED_EAGER
 from focus_dagster.labels import LabelResult, harmonise
 from resources import DatasetRoots, FocusStorage
 
@@ -26,20 +27,13 @@ REJECTS_DESCRIPTION = (
 )
 
 
-# Labels follow their records, but only once every blocking check upstream has passed: Dagster's blocking
-# checks gate only within a run, so across automation ticks the gate has to be in the condition.
-LABELS_AUTOMATION = (
-    dg.AutomationCondition.eager() & dg.AutomationCondition.all_deps_blocking_checks_passed()
-).with_label("records updated and their blocking checks passed")
-
-
 def build_label_assets(partitions: dg.StaticPartitionsDefinition, dataset_records: dg.AssetsDefinition) -> list:
     @dg.multi_asset(
         specs=[
             dg.AssetSpec("harmonised_labels", deps=[dataset_records], description=HARMONISED_DESCRIPTION,
-                         group_name=LABEL_GROUP, kinds={"duckdb"}, automation_condition=LABELS_AUTOMATION),
+                         group_name=LABEL_GROUP, kinds={"duckdb"}, automation_condition=GATED_EAGER),
             dg.AssetSpec("label_rejects", deps=[dataset_records], description=REJECTS_DESCRIPTION,
-                         group_name=LABEL_GROUP, kinds={"duckdb"}, automation_condition=LABELS_AUTOMATION),
+                         group_name=LABEL_GROUP, kinds={"duckdb"}, automation_condition=GATED_EAGER),
         ],
         partitions_def=partitions,
         pool="duckdb",

@@ -65,3 +65,65 @@ def test_a_failing_blocking_check_stops_the_refresh_there(world):
     assert check.check_name == "quarantine_rate" and not check.passed
     materialized = {e.asset_key for e in run.all_events if e.event_type_value == "ASSET_MATERIALIZATION"}
     assert materialized == {RECORDS}
+
+
+def refresh_records_by_hand(defs, instance, key):
+    """Records re-materialised outside automation (say, from the UI), with their checks."""
+    job = dg.define_asset_job(
+        "records_by_hand",
+        selection=dg.AssetSelection.assets(RECORDS) | dg.AssetSelection.checks_for_assets(RECORDS),
+        partitions_def=defs.resolve_job_def(DATA_LAYER_JOB).partitions_def,
+    )
+    merged = dg.Definitions.merge(defs, dg.Definitions(jobs=[job]))
+    return merged.resolve_job_def("records_by_hand").execute_in_process(
+        partition_key=key, instance=instance, raise_on_error=False)
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_across_ticks_labels_follow_records_only_when_their_blocking_checks_passed(world, broken):
+    config, defs, instance, cursor = world
+    if broken:
+        images = sorted((config.root_of("brset") / "fundus_photos").glob("*.jpg"))
+        for image in images[: len(images) * 2 // 3]:
+            image.unlink()
+    run = refresh_records_by_hand(defs, instance, "brset")
+    [check] = [e.event_specific_data for e in run.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert check.passed is not broken
+    result = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
+    assert result.get_requested_partitions(LABELS) == (set() if broken else {"brset"})
+
+
+def test_a_bad_label_mapping_stops_everything_downstream(monkeypatch, synth_all, tmp_path):
+    """Missing labels written as -1 (defect 7), planted in the rule: label_values fails, and an asset
+    downstream of the labels under the platform's GATED_EAGER condition is not requested; with the sound
+    rule it is."""
+    from assets.automation import GATED_EAGER
+    from focus_dagster.labels import rules
+
+    def downstream_requested(rule_table) -> set:
+        monkeypatch.setattr(rules, "RULES", rule_table)
+        out, _ = synth_all
+        home = tmp_path / f"home{len(list(tmp_path.iterdir()))}"
+        config = FocusConfig(home=home, roots={"brset": copy_tree(out / "brset", home / "brset")})
+        defs = build_definitions(config)
+
+        @dg.asset(deps=[LABELS], partitions_def=defs.resolve_job_def(DATA_LAYER_JOB).partitions_def,
+                  automation_condition=GATED_EAGER)
+        def downstream():
+            return None
+
+        defs = dg.Definitions.merge(defs, dg.Definitions(assets=[downstream]))
+        instance = dg.DagsterInstance.ephemeral()
+        observe(defs, instance)
+        first = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+        defs.resolve_job_def(DATA_LAYER_JOB).execute_in_process(partition_key="brset", instance=instance,
+                                                                raise_on_error=False)
+        result = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=first.cursor)
+        return result.get_requested_partitions(dg.AssetKey("downstream"))
+
+    sound = rules.RULES
+    brset = sound["brset"]
+    bad_gon = dict(brset.tasks, gon=lambda r: rules.num(r, "increased_cup_disc").where(lambda v: v == 1, -1))
+    bad = dict(sound, brset=rules.LabelRule(brset.id, "brset", brset.description, bad_gon, brset.subset, brset.metadata))
+    assert downstream_requested(bad) == set()
+    assert downstream_requested(sound) == {"brset"}

@@ -12,7 +12,7 @@ import pytest
 from focus_dagster.datasets import DATASET_KEYS, read_dataset
 from focus_dagster.labels import LABEL_COLUMNS, RULES, harmonise
 from focus_dagster.labels.splits import path_tail
-from tests.conftest import SHARED_REFERENCE
+from tests.conftest import SHARED_REFERENCE, copy_tree
 
 # Which tasks each dataset defines under the reference grid (datasets.md).
 TASK_GRID = {
@@ -180,3 +180,41 @@ def test_real_brset_with_the_published_split(tmp_path):
     assert int(labels["referable_dr"].sum()) == 588 and (labels["sex"] == "M").sum() == 1011
     assert (labels["quality"] == "inadequate").sum() == 201
     assert result.split_report["images_absent_from_split_file"] == 0
+
+
+@pytest.mark.skipif(not (SHARED_REFERENCE / "mbrset_labels.csv").exists(), reason="shared reference copy absent")
+def test_real_mbrset_with_the_published_split(tmp_path):
+    root = tmp_path / "mbrset"
+    (root / "images").mkdir(parents=True)
+    shutil.copy(SHARED_REFERENCE / "mbrset_labels.csv", root / "labels_mbrset.csv")
+    from PIL import Image
+
+    Image.new("RGB", (4, 4)).save(root / "tiny.jpg")
+    for name in pd.read_csv(root / "labels_mbrset.csv")["file"]:
+        os.link(root / "tiny.jpg", root / "images" / name)
+    read = read_dataset("mbrset", root)
+    result = harmonise("mbrset", read.records, read.quarantine, splits_dir=SHARED_REFERENCE / "published_splits")
+    test = result.labels[result.labels["split"] == "test"]
+    assert [int(test[t].sum()) for t in ("any_dr", "referable_dr")] == [174, 141]
+    assert result.labels["gon"].isna().all()
+    codes = result.rejects["reason_code"].value_counts().to_dict()
+    assert codes == {"subset:not_macula_centred": 2582, "label:blank_grade": 145}
+    # The published file lists the 145 blank-grade images too: told apart from images the dataset lacks.
+    assert result.split_report["split_file_images_rejected_before_splitting"] == 145
+    assert result.split_report["split_file_images_the_dataset_lacks"] == 0
+
+
+def test_unknown_codes_reach_the_rejects_with_the_readers_reason(synth_all, tmp_path):
+    out, _ = synth_all
+    root = copy_tree(out / "idrid", tmp_path / "idrid")
+    label = root / "B. Disease Grading" / "2. Groundtruths" / "a. IDRiD_Disease Grading_Training Labels.csv"
+    lines = label.read_text().splitlines()
+    cells = lines[1].split(",")
+    cells[1] = "9"  # a retinopathy grade outside 0..4
+    label.write_text("\n".join([lines[0], ",".join(cells), *lines[2:]]) + "\n")
+    read = read_dataset("idrid", root)
+    result = harmonise("idrid", read.records, read.quarantine)
+    [reject] = result.rejects.to_dict("records")
+    assert (reject["stage"], reject["reason_code"]) == ("records", "unknown_code:Retinopathy grade")
+    assert "'9'" in reject["reason"] and reject["image_id"] == "train/" + cells[0]
+    assert result.records_in == len(result.labels) + 1

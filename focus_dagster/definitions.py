@@ -56,6 +56,16 @@ def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
                 description="Observe the dataset releases on a cron (release.observe_cron in focus.yaml).",
             )
         ],
+        sensors=[
+            dg.AutomationConditionSensorDefinition(
+                "focus_refresh",
+                target=dg.AssetSelection.all(),
+                default_status=dg.DefaultSensorStatus.RUNNING,
+                minimum_interval_seconds=60,
+                description="Evaluates the automation conditions: a changed dataset release refreshes its own "
+                "records and, once their blocking checks pass, everything below them.",
+            )
+        ],
         resources={
             "datasets": DatasetRoots.from_config(config),
             "storage": FocusStorage(

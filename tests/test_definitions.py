@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import dagster as dg
 import duckdb
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,6 +35,11 @@ def test_default_definitions_have_the_data_layer(monkeypatch, tmp_path):
     assert defs.resolve_job_def("focus_data_layer").partitions_def.get_partition_keys()[0] == "brset"
     assert len(defs.resolve_job_def("focus_data_layer").partitions_def.get_partition_keys()) == 10
     assert [s.name for s in defs.schedules] == ["observe_dataset_releases_schedule"]
+    [sensor] = defs.sensors
+    assert sensor.name == "focus_refresh" and sensor.default_status.value == "RUNNING"
+    graph = defs.resolve_asset_graph()
+    assert all(graph.get(dg.AssetKey(k)).automation_condition is not None
+               for k in ("dataset_records", "harmonised_labels", "label_rejects"))
 
 
 def test_demo_runs_end_to_end_and_says_where_results_are(monkeypatch, tmp_path, capsys):

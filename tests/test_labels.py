@@ -218,3 +218,20 @@ def test_unknown_codes_reach_the_rejects_with_the_readers_reason(synth_all, tmp_
     assert (reject["stage"], reject["reason_code"]) == ("records", "unknown_code:Retinopathy grade")
     assert "'9'" in reject["reason"] and reject["image_id"] == "train/" + cells[0]
     assert result.records_in == len(result.labels) + 1
+
+
+@pytest.mark.skipif(not (SHARED_REFERENCE / "published_splits").exists(), reason="shared reference copy absent")
+def test_the_idrid_split_file_defect_is_detected_not_reproduced(tmp_path):
+    """The reference split file lists the 103 test images under both splits and omits 103 training images."""
+    from focus_dagster.synthetic import synthesize
+
+    synthesize(tmp_path, ["idrid"], per_dataset=516, seed=0, scale=0.015, workers=1)
+    read = read_dataset("idrid", tmp_path / "idrid")
+    result = harmonise("idrid", read.records, read.quarantine, splits_dir=SHARED_REFERENCE / "published_splits")
+    assert result.split_report["images_with_conflicting_splits"] == 103
+    assert result.split_report["images_absent_from_split_file"] == 103
+    conflicting = result.rejects[result.rejects["reason_code"] == "split:conflicting"]
+    assert conflicting["image_id"].str.startswith("test/").all()
+    assert "puts this image in test and train" in conflicting["reason"].iloc[0]
+    native = harmonise("idrid", read.records, read.quarantine)  # without the file: the native split
+    assert native.labels["split"].value_counts().to_dict() == {"train": 413, "test": 103}

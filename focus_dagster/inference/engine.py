@@ -1,0 +1,250 @@
+"""The batched inference engine shared by every model step.
+
+Images are decoded and preprocessed in worker processes while the model runs; the device is chosen
+automatically (CUDA when present, with bf16 autocast); work is written in shards, so a run killed half
+way resumes without redoing finished shards, and a changed model, revision, preprocessing or image set
+gives new shard keys (stale shards are removed). An unreadable image is recorded with its reason and
+the rest continue; a CUDA out-of-memory halves the batch and retries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from focus_dagster.inference.images import preprocess_file
+from focus_dagster.models.spec import Preprocess
+
+SHARD_SIZE = 512
+SHARD_PREFIX = "shard-"
+
+
+@dataclass
+class EmbeddingRun:
+    """Embeddings of the images that could be read, and why the others could not."""
+
+    image_ids: list[str]
+    embeddings: np.ndarray
+    failed: dict[str, str]
+    device: str
+    batch_size: int
+    seconds: float
+    shards_reused: int
+    shards_computed: int
+    images_computed: int = 0
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def images_per_second(self) -> float:
+        return self.images_computed / self.seconds if self.seconds > 0 and self.images_computed else 0.0
+
+    def summary(self) -> dict:
+        data = asdict(self)
+        data.pop("embeddings")
+        data.pop("image_ids")
+        data.pop("log")
+        data["failed"] = dict(list(self.failed.items())[:20])
+        data.update(n=len(self.image_ids), failed_count=len(self.failed),
+                    dim=int(self.embeddings.shape[1]) if self.embeddings.ndim == 2 else 0,
+                    images_per_second=round(self.images_per_second, 2))
+        return data
+
+
+def pick_device(requested: str | None = None) -> str:
+    import torch
+
+    if requested:
+        return requested
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_batch_size(device: str) -> int:
+    return 128 if device.startswith("cuda") else 32
+
+
+def default_workers() -> int:
+    return max(1, min(8, (os.cpu_count() or 2)))
+
+
+class ImageFiles:
+    """A torch-style dataset of preprocessed images; a file that fails to decode yields its reason."""
+
+    def __init__(self, paths: Sequence[str], preprocess: Preprocess):
+        self.paths = list(paths)
+        self.preprocess = preprocess
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int):
+        import torch
+
+        try:
+            array = preprocess_file(self.paths[index], self.preprocess)
+            return index, torch.from_numpy(array), ""
+        except Exception as exc:  # any decoding failure is a per-image outcome, recorded, not fatal
+            size = self.preprocess.size
+            return index, torch.zeros(3, size, size), f"{type(exc).__name__}: {exc}"
+
+
+def run_fingerprint(parts: dict) -> str:
+    """A key for everything that determines the numbers: model, weights, revision, preprocessing, code."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def embed_images(
+    embed: Callable,
+    items: Sequence[tuple[str, str]],
+    preprocess: Preprocess,
+    *,
+    work_dir: Path,
+    fingerprint: str,
+    device: str | None = None,
+    batch_size: int | None = None,
+    num_workers: int | None = None,
+    shard_size: int = SHARD_SIZE,
+    progress: Callable[[str], None] | None = None,
+    stop_after_shards: int | None = None,
+) -> EmbeddingRun:
+    """Embed `items` ((image_id, absolute path) pairs) with `embed` (pixels -> [B, D] tensor).
+
+    Shards of `shard_size` images are written under `work_dir` as they finish; a shard whose key (the run
+    fingerprint + its image ids and paths) is already there is reused. `stop_after_shards` stops early,
+    as a killed run would (for tests).
+    """
+    device = pick_device(device)
+    batch_size = batch_size or default_batch_size(device)
+    num_workers = default_workers() if num_workers is None else num_workers
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    shards = [list(items[i : i + shard_size]) for i in range(0, len(items), shard_size)]
+    keys = [shard_key(fingerprint, shard) for shard in shards]
+    started, reused, computed, images_computed = time.perf_counter(), 0, 0, 0
+    log: list[str] = []
+    say = progress or log.append
+    for index, (shard, key) in enumerate(zip(shards, keys)):
+        path = work_dir / f"{SHARD_PREFIX}{index:05d}-{key}.npz"
+        if path.exists():
+            reused += 1
+            continue
+        if stop_after_shards is not None and computed >= stop_after_shards:
+            break
+        batch_size = _compute_shard(embed, shard, preprocess, path, device, batch_size, num_workers)
+        computed += 1
+        images_computed += len(shard)
+        done = sum(len(s) for s in shards[: index + 1])
+        elapsed = time.perf_counter() - started
+        rate = images_computed / elapsed if elapsed else 0.0
+        eta = (len(items) - done) / rate if rate else float("nan")
+        say(f"{done}/{len(items)} images, {rate:.1f} images/s, ETA {eta:.0f}s")
+    _remove_stale_shards(work_dir, keys)
+    ids, vectors, failed = _collect(work_dir, keys)
+    return EmbeddingRun(ids, vectors, failed, device, batch_size, time.perf_counter() - started, reused, computed,
+                        images_computed, log)
+
+
+def shard_key(fingerprint: str, shard: Sequence[tuple[str, str]]) -> str:
+    digest = hashlib.sha256(fingerprint.encode())
+    for image_id, path in shard:
+        digest.update(f"{image_id}\0{path}\n".encode())
+    return digest.hexdigest()[:20]
+
+
+def _compute_shard(embed, shard, preprocess, path: Path, device: str, batch_size: int, num_workers: int) -> int:
+    """Embed one shard and write it atomically; returns the batch size that worked (it may have halved)."""
+
+    ids = [image_id for image_id, _ in shard]
+    dataset = ImageFiles([p for _, p in shard], preprocess)
+    vectors: dict[int, np.ndarray] = {}
+    failures: dict[int, str] = {}
+    loader = _loader(dataset, batch_size, num_workers, device)
+    for indices, pixels, errors in loader:
+        for i, error in zip(indices.tolist(), errors):
+            if error:
+                failures[i] = error
+        keep = [k for k, error in enumerate(errors) if not error]
+        if not keep:
+            continue
+        batch_size = _embed_batch(embed, pixels[keep], [indices[k].item() for k in keep], vectors, device, batch_size)
+    order = sorted(vectors)
+    matrix = np.stack([vectors[i] for i in order]) if order else np.zeros((0, 0), dtype=np.float32)
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}.npz")
+    np.savez(tmp, embeddings=matrix, ids=np.asarray([ids[i] for i in order], dtype=object).astype(str),
+             failed=json.dumps({ids[i]: reason for i, reason in failures.items()}))
+    os.replace(tmp, path)
+    return batch_size
+
+
+def _loader(dataset, batch_size: int, num_workers: int, device: str):
+    from torch.utils.data import DataLoader
+
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        pin_memory=device.startswith("cuda"),
+        persistent_workers=False,
+        prefetch_factor=4 if num_workers else None,
+    )
+
+
+def _embed_batch(embed, pixels, indices, out: dict, device: str, batch_size: int) -> int:
+    """Run the model on one batch, halving it on CUDA out-of-memory until it fits."""
+    import torch
+
+    start = 0
+    while start < len(indices):
+        chunk = slice(start, start + batch_size)
+        try:
+            with torch.inference_mode(), _autocast(device):
+                result = embed(pixels[chunk].to(device, non_blocking=True))
+        except torch.OutOfMemoryError:
+            if batch_size == 1:
+                raise
+            torch.cuda.empty_cache()
+            batch_size = max(1, batch_size // 2)
+            continue
+        for i, row in zip(indices[chunk], result.float().cpu().numpy()):
+            out[i] = row
+        start += len(indices[chunk])
+    return batch_size
+
+
+def _autocast(device: str):
+    import contextlib
+
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _remove_stale_shards(work_dir: Path, keys: list[str]) -> None:
+    wanted = set(keys)
+    for path in work_dir.glob(f"{SHARD_PREFIX}*.npz"):
+        if path.stem.rsplit("-", 1)[-1] not in wanted:
+            path.unlink()
+
+
+def _collect(work_dir: Path, keys: list[str]):
+    ids: list[str] = []
+    parts: list[np.ndarray] = []
+    failed: dict[str, str] = {}
+    for path in sorted(work_dir.glob(f"{SHARD_PREFIX}*.npz")):
+        if path.stem.rsplit("-", 1)[-1] not in keys:
+            continue
+        with np.load(path, allow_pickle=False) as data:
+            if len(data["ids"]):
+                ids.extend(data["ids"].tolist())
+                parts.append(data["embeddings"])
+            failed.update(json.loads(str(data["failed"])))
+    matrix = np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
+    return ids, matrix.astype(np.float32, copy=False), failed

@@ -1,0 +1,151 @@
+"""Checkpoint audit: every load says how many tensors matched, and a partial load is an error.
+
+The reference implementation loaded a RETFound-DINOv2 checkpoint's `model` key with `strict=False` and
+silently got no weights at all (its weights sit under `teacher` with a `backbone.` prefix). Here a load
+reports matched / missing / unexpected tensors, and any backbone tensor left missing raises.
+Weights are read from safetensors, or with `torch.load(weights_only=True)`: never unrestricted pickle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from focus_dagster.models.spec import CheckpointError, WeightsNotFoundError
+
+SAFETENSORS_SUFFIXES = (".safetensors",)
+TORCH_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt")
+
+
+@dataclass
+class LoadReport:
+    """What a checkpoint load did: the figures shown in the materialisation metadata."""
+
+    model_id: str
+    checkpoint: str
+    weights_sha256: str
+    model_tensors: int
+    matched: int
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    shape_mismatched: list[str] = field(default_factory=list)
+    ignored_missing: list[str] = field(default_factory=list)  # heads the model does not use (documented per family)
+
+    @property
+    def clean(self) -> bool:
+        return not self.missing and not self.shape_mismatched
+
+    def summary(self) -> dict:
+        data = asdict(self)
+        for key in ("missing", "unexpected", "shape_mismatched", "ignored_missing"):
+            data[f"{key}_count"] = len(data[key])
+            data[key] = data[key][:20]
+        data["clean"] = self.clean
+        return data
+
+
+def file_sha256(path: str | Path) -> str:
+    """Content hash of a weights file, or of every file of a weights folder (sorted by name)."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for item in files:
+        if path.is_dir():
+            digest.update(item.relative_to(path).as_posix().encode() + b"\0")
+        with open(item, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def read_weights(path: str | Path, model_id: str) -> dict:
+    """A checkpoint's top-level mapping, read safely: safetensors, or torch.load with weights_only=True."""
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsNotFoundError(f"model {model_id!r}: no weights file at {path}.")
+    if path.suffix in SAFETENSORS_SUFFIXES:
+        from safetensors.torch import load_file
+
+        return load_file(str(path), device="cpu")
+    try:
+        loaded = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:  # the unpickler refuses anything but tensors and plain containers
+        raise CheckpointError(
+            f"model {model_id!r}: {path} cannot be read with torch.load(weights_only=True) ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}). Convert it to safetensors, or re-save only its "
+            "state dict; arbitrary pickles are never unpickled."
+        ) from exc
+    if not isinstance(loaded, Mapping):
+        raise CheckpointError(f"model {model_id!r}: {path} holds a {type(loaded).__name__}, not a state dict.")
+    return dict(loaded)
+
+
+def describe_keys(mapping: Mapping, limit: int = 12) -> str:
+    """A short summary of a checkpoint's keys, for errors about a wrong format."""
+    keys = list(mapping)
+    shown = ", ".join(repr(k) for k in keys[:limit])
+    return f"{len(keys)} top-level key(s): {shown}{', ...' if len(keys) > limit else ''}"
+
+
+def select_state_dict(checkpoint: Mapping, keys: Iterable[str], model_id: str, path: str) -> dict:
+    """The tensor mapping under the first of `keys` present (or the checkpoint itself when it is one)."""
+    for key in keys:
+        if key in checkpoint and isinstance(checkpoint[key], Mapping):
+            return dict(checkpoint[key])
+    if checkpoint and all(hasattr(v, "shape") for v in checkpoint.values()):
+        return dict(checkpoint)
+    raise CheckpointError(
+        f"model {model_id!r}: {path} has none of the expected keys {list(keys)} and is not a plain state dict; "
+        f"it has {describe_keys(checkpoint)}."
+    )
+
+
+def load_audited(
+    model,
+    state_dict: Mapping,
+    *,
+    model_id: str,
+    checkpoint: str,
+    weights_sha256: str,
+    optional_prefixes: tuple[str, ...] = (),
+) -> LoadReport:
+    """Load `state_dict` into `model` and audit it; raise unless every backbone tensor was filled.
+
+    optional_prefixes: model tensors a family may legitimately leave at their initial values (e.g. a
+    classification head the benchmark never uses); they are reported as `ignored_missing`.
+    """
+    own = model.state_dict()
+    matched, mismatched, usable = [], [], {}
+    for name, tensor in state_dict.items():
+        if name in own:
+            if tuple(own[name].shape) == tuple(tensor.shape):
+                usable[name] = tensor
+                matched.append(name)
+            else:
+                mismatched.append(f"{name}: checkpoint {tuple(tensor.shape)} vs model {tuple(own[name].shape)}")
+    model.load_state_dict(usable, strict=False)
+    missing_all = [name for name in own if name not in usable]
+    ignored = [n for n in missing_all if n.startswith(optional_prefixes)] if optional_prefixes else []
+    report = LoadReport(
+        model_id=model_id,
+        checkpoint=checkpoint,
+        weights_sha256=weights_sha256,
+        model_tensors=len(own),
+        matched=len(matched),
+        missing=[n for n in missing_all if n not in ignored],
+        unexpected=[n for n in state_dict if n not in own],
+        shape_mismatched=mismatched,
+        ignored_missing=ignored,
+    )
+    if not report.clean:
+        raise CheckpointError(
+            f"model {model_id!r}: {checkpoint} filled only {report.matched} of {report.model_tensors} model tensors; "
+            f"missing {len(report.missing)} (e.g. {report.missing[:5]}), shape mismatches {report.shape_mismatched[:3]}, "
+            f"unexpected {len(report.unexpected)} (e.g. {report.unexpected[:5]}). A partial load is never accepted: "
+            "check the spec's family (checkpoint layout) and architecture options."
+        )
+    return report

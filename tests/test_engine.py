@@ -1,0 +1,106 @@
+"""The inference engine: embeddings, bad images, kill-and-resume, invalidation, out-of-memory halving."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from focus_dagster.inference.engine import embed_images
+from focus_dagster.inference.images import preprocess_file, resize_for
+from focus_dagster.models.spec import Preprocess
+
+PRE = Preprocess(size=32, resize_to=36)
+
+
+def toy_embed(pixels: torch.Tensor) -> torch.Tensor:
+    """A fixed projection of pooled pixels: deterministic, cheap, sensitive to the image."""
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(3 * 4 * 4, 8, generator=generator)
+    pooled = torch.nn.functional.adaptive_avg_pool2d(pixels.float(), 4).flatten(1)
+    return pooled @ weight
+
+
+@pytest.fixture(scope="module")
+def items(synth_all):
+    out, _ = synth_all
+    paths = sorted((out / "brset" / "fundus_photos").glob("*.jpg"))
+    return [(p.stem, str(p)) for p in paths]
+
+
+def run(items, tmp_path, **kwargs):
+    options = dict(work_dir=tmp_path / "shards", fingerprint="model-a", num_workers=0, shard_size=5)
+    options.update(kwargs)
+    return embed_images(toy_embed, items, PRE, **options)
+
+
+def test_embeddings_have_one_row_per_image_in_order(items, tmp_path):
+    result = run(items, tmp_path)
+    assert result.image_ids == [i for i, _ in items]
+    assert result.embeddings.shape == (len(items), 8) and result.device == "cpu"
+    direct = toy_embed(torch.from_numpy(preprocess_file(items[3][1], PRE))[None]).numpy()[0]
+    assert np.allclose(result.embeddings[3], direct, atol=1e-5)
+
+
+def test_worker_processes_give_the_same_numbers(items, tmp_path):
+    serial = run(items, tmp_path / "a")
+    parallel = run(items, tmp_path / "b", num_workers=2, batch_size=4)
+    assert np.allclose(serial.embeddings, parallel.embeddings, atol=1e-5)
+
+
+def test_an_unreadable_image_is_recorded_and_the_rest_continue(items, tmp_path):
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(open(items[0][1], "rb").read()[:200])
+    result = run([*items[:4], ("broken", str(broken)), *items[4:8]], tmp_path)
+    assert "broken" in result.failed and "broken" not in result.image_ids
+    assert len(result.image_ids) == 8
+
+
+def test_a_killed_run_resumes_without_redoing_finished_shards(items, tmp_path):
+    killed = run(items, tmp_path, stop_after_shards=2)
+    assert killed.shards_computed == 2
+    resumed = run(items, tmp_path)
+    assert resumed.shards_reused == 2 and resumed.shards_computed == len(range(0, len(items), 5)) - 2
+    fresh = run(items, tmp_path / "fresh")
+    assert resumed.image_ids == fresh.image_ids and np.allclose(resumed.embeddings, fresh.embeddings)
+
+
+def test_a_changed_model_or_image_set_invalidates_shards(items, tmp_path):
+    run(items, tmp_path)
+    other_model = run(items, tmp_path, fingerprint="model-b")
+    assert other_model.shards_reused == 0
+    fewer = run(items[:-3], tmp_path, fingerprint="model-b")
+    assert fewer.shards_reused == len(items[:-3]) // 5  # untouched full shards survive, the changed one is redone
+    assert len(list((tmp_path / "shards").glob("shard-*.npz"))) == len(range(0, len(items) - 3, 5))
+
+
+def test_out_of_memory_halves_the_batch(items, tmp_path):
+    seen = []
+
+    def picky(pixels):
+        seen.append(len(pixels))
+        if len(pixels) > 4:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return toy_embed(pixels)
+
+    result = embed_images(picky, items[:10], PRE, work_dir=tmp_path, fingerprint="x", num_workers=0,
+                          batch_size=16, shard_size=10)
+    assert result.batch_size == 4 and seen[:3] == [10, 8, 4]
+    assert result.embeddings.shape == (10, 8)
+
+
+def test_reduced_jpeg_decoding_matches_a_full_decode(tmp_path):
+    """A 1,600-px fundus JPEG decoded at reduced DCT scale gives the model nearly the same input."""
+    from PIL import Image
+
+    from focus_dagster.inference.images import to_array
+    from focus_dagster.synthetic.render import CAMERAS, FundusSpec, render_fundus
+
+    path = tmp_path / "big.jpg"
+    render_fundus(FundusSpec(1600, 1200, CAMERAS["canon_cr"], dr_grade=3), seed=1).save(path, quality=92)
+    pre = Preprocess(size=224, resize_to=256)
+    fast = preprocess_file(path, pre)
+    slow = to_array(resize_for(Image.open(path).convert("RGB"), pre), pre)
+    assert fast.shape == slow.shape == (3, 224, 224)
+    assert np.abs(fast - slow).mean() < 0.05  # in normalised units: about 3/255 of pixel value
+    assert np.corrcoef(fast.ravel(), slow.ravel())[0, 1] > 0.995

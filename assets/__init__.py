@@ -2,5 +2,6 @@
 
 from assets.datasets import build_dataset_assets
 from assets.labels import build_label_assets
+from assets.models import build_model_assets
 
-__all__ = ["build_dataset_assets", "build_label_assets"]
+__all__ = ["build_dataset_assets", "build_label_assets", "build_model_assets"]

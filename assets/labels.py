@@ -48,11 +48,19 @@ def build_label_assets(partitions: dg.StaticPartitionsDefinition, dataset_record
         )
         storage.replace_rows(LABELS_SCHEMA, LABELS_TABLE, result.labels, "dataset", key)
         storage.replace_rows(LABELS_SCHEMA, REJECTS_TABLE, result.rejects, "dataset", key)
+        # Steps that must not open DuckDB while they compute (the GPU ones) read this copy instead.
+        export, export_sha = storage.write_parquet(labels_export(key), result.labels)
         context.log.info(result.accounting_line())
-        yield dg.MaterializeResult(asset_key="harmonised_labels", metadata=labels_metadata(result))
+        metadata = labels_metadata(result) | {"export": dg.MetadataValue.path(str(export)), "export_sha256": export_sha}
+        yield dg.MaterializeResult(asset_key="harmonised_labels", metadata=metadata)
         yield dg.MaterializeResult(asset_key="label_rejects", metadata=rejects_metadata(result))
 
     return [harmonise_labels]
+
+
+def labels_export(dataset: str) -> str:
+    """The artifact-store path of a dataset's harmonised labels (a Parquet copy of labels.harmonised)."""
+    return f"labels/{dataset}.parquet"
 
 
 def labels_metadata(result: LabelResult) -> dict:

@@ -32,7 +32,7 @@ from focus_dagster.errors import ConfigError
 SYNTHETIC = "synthetic"
 DEFAULT_HOME = ".focus"
 DEFAULT_OBSERVE_CRON = "0 3 * * *"
-_TOP_LEVEL_KEYS = {"datasets", "synthetic", "release", "splits", "image_check"}
+_TOP_LEVEL_KEYS = {"datasets", "synthetic", "release", "splits", "image_check", "models"}
 _SYNTHETIC_KEYS = {"per_dataset", "seed", "scale"}
 _RELEASE_KEYS = {"observe_cron", "content_hash"}
 _SPLITS_KEYS = {"dir", "seed"}
@@ -57,6 +57,7 @@ class FocusConfig:
     image_check: str = "header"
     splits_dir: Path | None = None  # published split files; None = native or seeded splits
     split_seed: int = 0
+    models: tuple | None = None  # model entries of focus.yaml (ids or mappings); None = the default models
     source: Path | None = None  # the focus.yaml it came from, if any
 
     @property
@@ -74,6 +75,11 @@ class FocusConfig:
     @property
     def synthetic_dir(self) -> Path:
         return self.home / "synthetic"
+
+    @property
+    def model_cache(self) -> Path:
+        """Where the built-in pipeline-check models are written on first use."""
+        return self.home / "models"
 
     @property
     def dagster_home(self) -> Path:
@@ -136,6 +142,7 @@ def parse_config(raw: Any, home: Path, source: Path | None = None) -> FocusConfi
         image_check=image_check,
         splits_dir=splits_dir,
         split_seed=int(splits.get("seed", 0)),
+        models=_parse_models(raw.get("models"), where),
         source=source,
     )
 
@@ -163,6 +170,19 @@ def _parse_datasets(datasets: Any, base: Path, where: str) -> dict[str, Path | N
         else:
             raise ConfigError(f"{where}: datasets.{key} must be a folder path or 'synthetic', got {value!r}.")
     return roots
+
+
+def _parse_models(models: Any, where: str) -> tuple | None:
+    """Model entries as written (a catalog id, or a mapping with `id` and overrides); resolved by the
+    models layer, which knows the catalog."""
+    if models is None:
+        return None
+    if not isinstance(models, list) or not models:
+        raise ConfigError(f"{where}: `models` must be a non-empty list of model ids or mappings.")
+    for entry in models:
+        if not (isinstance(entry, str) or (isinstance(entry, Mapping) and isinstance(entry.get("id"), str))):
+            raise ConfigError(f"{where}: each entry of `models` is a catalog id or a mapping with an `id`; got {entry!r}.")
+    return tuple(entry if isinstance(entry, str) else dict(entry) for entry in models)
 
 
 def _parse_synthetic(raw: Any, where: str) -> SyntheticSettings:

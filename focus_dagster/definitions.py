@@ -18,35 +18,48 @@ warnings.filterwarnings("ignore", category=dg.BetaWarning)
 warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 
 DATA_LAYER_JOB = "focus_data_layer"
+EMBEDDINGS_JOB = "focus_image_embeddings"
+ZERO_SHOT_JOB = "focus_zero_shot_scores"
 OBSERVE_JOB = "observe_dataset_releases"
 
 
 def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
     from dagster_duckdb import DuckDBResource
 
-    from assets import build_dataset_assets, build_label_assets
+    from assets import build_dataset_assets, build_label_assets, build_model_assets
     from checks import build_label_checks, build_record_checks
-    from resources import DatasetRoots, FocusStorage
+    from resources import DatasetRoots, FocusStorage, ModelHub
 
     config = config or load_config()
     datasets = dg.StaticPartitionsDefinition(config.dataset_keys)
     dataset_release, dataset_records = build_dataset_assets(datasets)
     [harmonise_labels] = build_label_assets(datasets, dataset_records)
+    model_hub = ModelHub.from_config(config)
+    model_assets = build_model_assets(datasets, model_hub.specs())
     data_layer = dg.define_asset_job(
         DATA_LAYER_JOB,
         selection=dg.AssetSelection.assets(dataset_records, harmonise_labels),
         partitions_def=datasets,
         description="Read a dataset from its published layout into native records, then harmonised labels.",
     )
+    jobs = [data_layer] + [
+        dg.define_asset_job(name, selection=dg.AssetSelection.assets(asset), partitions_def=asset.partitions_def,
+                            description=description)
+        for (name, description), asset in zip(
+            [(EMBEDDINGS_JOB, "Image embeddings of every selected encoder (model x dataset)."),
+             (ZERO_SHOT_JOB, "Zero-shot scores of every selected dual encoder (model x dataset).")],
+            model_assets,
+        )
+    ]
     observe = dg.define_asset_job(
         OBSERVE_JOB,
         selection=dg.AssetSelection.assets(dataset_release.key),
         description="Fingerprint every registered dataset on disk (its release version).",
     )
     return dg.Definitions(
-        assets=[dataset_release, dataset_records, harmonise_labels],
+        assets=[dataset_release, dataset_records, harmonise_labels, *model_assets],
         asset_checks=[*build_record_checks(dataset_records, datasets), *build_label_checks(datasets)],
-        jobs=[data_layer, observe],
+        jobs=[*jobs, observe],
         schedules=[
             dg.ScheduleDefinition(
                 name="observe_dataset_releases_schedule",
@@ -68,6 +81,7 @@ def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
         ],
         resources={
             "datasets": DatasetRoots.from_config(config),
+            "models": model_hub,
             "storage": FocusStorage(
                 duckdb=DuckDBResource(database=str(config.database)),
                 artifacts_dir=str(config.artifacts),

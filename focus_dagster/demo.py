@@ -19,7 +19,13 @@ def run_demo() -> int:
     import dagster as dg
 
     from focus_dagster.cli import UI_HOST, UI_PORT, prepare_dagster_home
-    from focus_dagster.definitions import DATA_LAYER_JOB, OBSERVE_JOB, build_definitions
+    from focus_dagster.definitions import (
+        DATA_LAYER_JOB,
+        EMBEDDINGS_JOB,
+        OBSERVE_JOB,
+        ZERO_SHOT_JOB,
+        build_definitions,
+    )
 
     config = load_config()
     dagster_home = prepare_dagster_home(config)
@@ -43,9 +49,15 @@ def run_demo() -> int:
             )
             failures += [] if result.success else [key]
             print("  " + _records_line(result, key))
+        job_names = {job.name for job in defs.resolve_all_job_defs()}
+        for job_name in (EMBEDDINGS_JOB, ZERO_SHOT_JOB):
+            if job_name in job_names:
+                failures += _run_model_job(defs.resolve_job_def(job_name), config.dataset_keys, instance)
     print(f"done in {time.perf_counter() - started:.1f}s" + (f"; FAILED: {', '.join(failures)}" if failures else ""))
     print(f"  tables:    {config.database}")
-    print("             records.<dataset>, records.quarantine, records.unlisted_images, labels.harmonised, labels.rejects")
+    print("             records.<dataset>, records.quarantine, records.unlisted_images, labels.harmonised, labels.rejects,"
+          "\n             predictions.zero_shot")
+    print(f"  artifacts: {config.artifacts}  (labels/<dataset>.parquet, embeddings/<model>/<dataset>.parquet)")
     print(f"  instance:  {dagster_home}")
     print(f"  open the UI: make ui   (http://{UI_HOST}:{UI_PORT}, lineage graph and every run above)")
     return 1 if failures else 0
@@ -70,6 +82,34 @@ def _records_line(result, key: str) -> str:
     line += f" | {len(verdicts) - len(errors) - len(warnings)}/{len(verdicts)} checks pass"
     line += f" | FAILED: {', '.join(errors)}" if errors else ""
     return line + (f" | warn: {', '.join(warnings)}" if warnings else "")
+
+
+def _run_model_job(job, datasets: list[str], instance) -> list[str]:
+    """Run a model x dataset job for every partition whose dataset is registered; one line per model."""
+    import dagster as dg
+
+    failures = []
+    models = job.partitions_def.get_partitions_def_for_dimension("model").get_partition_keys()
+    for model in models:
+        rows, rates, failed = 0, [], []
+        for dataset in datasets:
+            key = dg.MultiPartitionKey({"model": model, "dataset": dataset})
+            result = job.execute_in_process(partition_key=key, instance=instance, raise_on_error=False, run_config=QUIET)
+            if not result.success:
+                failed.append(dataset)
+                continue
+            meta = [
+                {k: v.value for k, v in e.event_specific_data.materialization.metadata.items()}
+                for e in result.all_events if e.event_type_value == "ASSET_MATERIALIZATION"
+            ][0]
+            rows += meta.get("dagster/row_count", 0)
+            rates += [meta["images_per_second"]] if meta.get("images_per_second") else []
+        what = "embeddings" if "embeddings" in job.name else "zero-shot scores"
+        speed = f", {sum(rates) / len(rates):.1f} images/s" if rates else ""
+        print(f"  {what:<16} {model:<20} {rows:>6} rows over {len(datasets) - len(failed)} datasets{speed}"
+              + (f" | FAILED: {', '.join(failed)}" if failed else ""))
+        failures += [f"{model}/{d}" for d in failed]
+    return failures
 
 
 def _failure_message(result) -> str:

@@ -6,6 +6,8 @@ or out and closed straight away; every asset step that uses it sits in the `duck
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,11 +63,28 @@ class FocusStorage(ConfigurableResource):
             con.unregister("incoming")
         return name
 
+    def artifact_path(self, rel: str) -> Path:
+        return Path(self.artifacts_dir) / rel
+
+    def write_parquet(self, rel: str, frame: pd.DataFrame) -> tuple[Path, str]:
+        """Write a frame under the artifact store atomically (temp file + rename); returns path and sha256."""
+        path = self.artifact_path(rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        frame.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+        return path, file_sha256(path)
+
     def read_table(self, schema: str, table: str, where: str | None = None, params: list | None = None) -> pd.DataFrame:
         name = _qualified(schema, table)
         query = f"SELECT * FROM {name}" + (f" WHERE {where}" if where else "")
         with self.connect() as con:
             return con.execute(query, params or []).df()
+
+
+def file_sha256(path: Path) -> str:
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def create_table_sql(name: str, frame: pd.DataFrame, if_not_exists: bool = False) -> str:

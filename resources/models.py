@@ -1,0 +1,32 @@
+"""ModelHub: the selected model specs, and their loading (local weights only, never a download)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dagster import ConfigurableResource
+
+from focus_dagster.config import FocusConfig
+
+
+class ModelHub(ConfigurableResource):
+    """Model entries of focus.yaml (JSON; empty = the default models) and the cache of built-in models."""
+
+    entries_json: str = ""
+    cache_dir: str
+
+    @classmethod
+    def from_config(cls, config: FocusConfig) -> ModelHub:
+        return cls(entries_json=json.dumps(list(config.models)) if config.models else "", cache_dir=str(config.model_cache))
+
+    def specs(self) -> dict:
+        from focus_dagster.models.selection import resolve_models
+
+        entries = json.loads(self.entries_json) if self.entries_json else None
+        return resolve_models(entries, Path(self.cache_dir))
+
+    def load(self, model_id: str, device: str):
+        from focus_dagster.models.registry import load_encoder
+
+        return load_encoder(self.specs()[model_id]).to(device)

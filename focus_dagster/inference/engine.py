@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from focus_dagster.inference.images import preprocess_file
+from focus_dagster.inference.images import normalise, pixels_file
 from focus_dagster.models.spec import Preprocess
 
 SHARD_SIZE = 512
@@ -87,11 +87,11 @@ class ImageFiles:
         import torch
 
         try:
-            array = preprocess_file(self.paths[index], self.preprocess)
+            array = pixels_file(self.paths[index], self.preprocess)
             return index, torch.from_numpy(array), ""
         except Exception as exc:  # any decoding failure is a per-image outcome, recorded, not fatal
             size = self.preprocess.size
-            return index, torch.zeros(3, size, size), f"{type(exc).__name__}: {exc}"
+            return index, torch.zeros(3, size, size, dtype=torch.uint8), f"{type(exc).__name__}: {exc}"
 
 
 def run_fingerprint(parts: dict) -> str:
@@ -172,7 +172,8 @@ def _compute_shard(embed, shard, preprocess, path: Path, device: str, batch_size
         keep = [k for k, error in enumerate(errors) if not error]
         if not keep:
             continue
-        batch_size = _embed_batch(embed, pixels[keep], [indices[k].item() for k in keep], vectors, device, batch_size)
+        batch_size = _embed_batch(embed, pixels[keep], [indices[k].item() for k in keep], vectors, device, batch_size,
+                                  preprocess)
     order = sorted(vectors)
     matrix = np.stack([vectors[i] for i in order]) if order else np.zeros((0, 0), dtype=np.float32)
     tmp = path.with_name(path.name + f".tmp-{os.getpid()}.npz")
@@ -195,7 +196,7 @@ def _loader(dataset, batch_size: int, num_workers: int, device: str):
     )
 
 
-def _embed_batch(embed, pixels, indices, out: dict, device: str, batch_size: int) -> int:
+def _embed_batch(embed, pixels, indices, out: dict, device: str, batch_size: int, preprocess: Preprocess) -> int:
     """Run the model on one batch, halving it on CUDA out-of-memory until it fits."""
     import torch
 
@@ -204,7 +205,7 @@ def _embed_batch(embed, pixels, indices, out: dict, device: str, batch_size: int
         chunk = slice(start, start + batch_size)
         try:
             with torch.inference_mode(), _autocast(device):
-                result = embed(pixels[chunk].to(device, non_blocking=True))
+                result = embed(model_input(pixels[chunk], device, preprocess))
         except torch.OutOfMemoryError:
             if batch_size == 1:
                 raise
@@ -215,6 +216,16 @@ def _embed_batch(embed, pixels, indices, out: dict, device: str, batch_size: int
             out[i] = row
         start += len(indices[chunk])
     return batch_size
+
+
+def model_input(pixels, device: str, preprocess: Preprocess | None = None):
+    """A batch on the device (uint8 pixels normalised there), channels-last like the model's convolutions."""
+    import torch
+
+    pixels = pixels.to(device, non_blocking=True)
+    if preprocess is not None and pixels.dtype == torch.uint8:
+        pixels = normalise(pixels, preprocess)
+    return pixels.contiguous(memory_format=torch.channels_last)
 
 
 def _autocast(device: str):

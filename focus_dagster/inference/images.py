@@ -15,6 +15,8 @@ from PIL import Image
 
 from focus_dagster.models.spec import Preprocess
 
+# Resize large reductions in two steps (a box reduction, then the filter): much faster, visually the same.
+REDUCING_GAP = 3.0
 _RESAMPLE = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR, "nearest": Image.NEAREST}
 
 
@@ -45,18 +47,19 @@ def resize_for(image: Image.Image, preprocess: Preprocess) -> Image.Image:
     resample = _RESAMPLE[preprocess.interpolation]
     size = preprocess.size
     if preprocess.resize == "squash":
-        return image.resize((size, size), resample)
+        return image.resize((size, size), resample, reducing_gap=REDUCING_GAP)
     if preprocess.resize == "pad_longest":
         w, h = image.size
         scale = size / max(w, h)
-        resized = image.resize((max(1, round(w * scale)), max(1, round(h * scale))), resample)
+        resized = image.resize((max(1, round(w * scale)), max(1, round(h * scale))), resample, reducing_gap=REDUCING_GAP)
         canvas = Image.new("RGB", (size, size))
         canvas.paste(resized, ((size - resized.width) // 2, (size - resized.height) // 2))
         return canvas
     short = preprocess.resize_to or size
     w, h = image.size
     scale = short / min(w, h)
-    resized = image.resize((max(size, round(w * scale)), max(size, round(h * scale))), resample)
+    resized = image.resize((max(size, round(w * scale)), max(size, round(h * scale))), resample,
+                           reducing_gap=REDUCING_GAP)
     left, top = (resized.width - size) // 2, (resized.height - size) // 2
     return resized.crop((left, top, left + size, top + size))
 
@@ -74,3 +77,25 @@ def to_array(image: Image.Image, preprocess: Preprocess) -> np.ndarray:
 def preprocess_file(path: str | Path, preprocess: Preprocess) -> np.ndarray:
     """One image file -> the model's input array [3, size, size]."""
     return to_array(resize_for(load_rgb(path, preprocess), preprocess), preprocess)
+
+
+def pixels_file(path: str | Path, preprocess: Preprocess) -> np.ndarray:
+    """One image file -> resized uint8 pixels [3, size, size]; `normalise` finishes the job batch-wise.
+
+    Worker processes hand over uint8 (a quarter of the bytes of float32) and the scaling happens once per
+    batch on the model's device instead of once per image on a busy CPU.
+    """
+    array = np.asarray(resize_for(load_rgb(path, preprocess), preprocess), dtype=np.uint8)
+    return np.ascontiguousarray(array.transpose(2, 0, 1))
+
+
+def normalise(pixels, preprocess: Preprocess):
+    """uint8 pixels [B, 3, H, W] (torch) -> the model's float input, as `to_array` computes it."""
+    import torch
+
+    scaled = pixels.float().div_(255.0)
+    if preprocess.scale_only:
+        return scaled
+    mean = torch.tensor(preprocess.mean, device=scaled.device).view(1, 3, 1, 1)
+    std = torch.tensor(preprocess.std, device=scaled.device).view(1, 3, 1, 1)
+    return scaled.sub_(mean).div_(std)

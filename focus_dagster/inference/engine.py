@@ -23,6 +23,7 @@ from focus_dagster.inference.images import normalise, pixels_file
 from focus_dagster.models.spec import Preprocess
 
 SHARD_SIZE = 512
+DECODE_CHUNK = 8  # images per worker task
 SHARD_PREFIX = "shard-"
 
 
@@ -70,7 +71,7 @@ def default_batch_size(device: str) -> int:
 
 
 def default_workers() -> int:
-    return max(1, min(8, (os.cpu_count() or 2)))
+    return max(1, min(16, (os.cpu_count() or 2)))
 
 
 class ImageFiles:
@@ -159,20 +160,28 @@ def shard_key(fingerprint: str, shard: Sequence[tuple[str, str]]) -> str:
 
 def _compute_shard(embed, shard, preprocess, path: Path, device: str, batch_size: int, num_workers: int) -> int:
     """Embed one shard and write it atomically; returns the batch size that worked (it may have halved)."""
+    import torch
 
     ids = [image_id for image_id, _ in shard]
     dataset = ImageFiles([p for _, p in shard], preprocess)
     vectors: dict[int, np.ndarray] = {}
     failures: dict[int, str] = {}
-    loader = _loader(dataset, batch_size, num_workers, device)
+    # Workers decode small chunks (so every worker is busy even on a short shard); the model gets full batches.
+    loader = _loader(dataset, min(DECODE_CHUNK, batch_size), num_workers, device)
+    pending_pixels, pending_indices = [], []
     for indices, pixels, errors in loader:
         for i, error in zip(indices.tolist(), errors):
             if error:
                 failures[i] = error
         keep = [k for k, error in enumerate(errors) if not error]
-        if not keep:
-            continue
-        batch_size = _embed_batch(embed, pixels[keep], [indices[k].item() for k in keep], vectors, device, batch_size,
+        pending_pixels.append(pixels[keep])
+        pending_indices += [indices[k].item() for k in keep]
+        if len(pending_indices) >= batch_size:
+            batch_size = _embed_batch(embed, torch.cat(pending_pixels), pending_indices, vectors, device, batch_size,
+                                      preprocess)
+            pending_pixels, pending_indices = [], []
+    if pending_indices:
+        batch_size = _embed_batch(embed, torch.cat(pending_pixels), pending_indices, vectors, device, batch_size,
                                   preprocess)
     order = sorted(vectors)
     matrix = np.stack([vectors[i] for i in order]) if order else np.zeros((0, 0), dtype=np.float32)

@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     release.add_argument("--content-hash", action="store_true", help="hash image bytes too (slower)")
     release.set_defaults(run=cmd_release)
 
+    models = sub.add_parser("models", help="list the model catalog and whether each model's weights are here")
+    models.add_argument("--selected", action="store_true", help="only the models focus.yaml selects")
+    models.set_defaults(run=cmd_models)
+
     datasets = sub.add_parser("datasets", help="list the datasets and where each is read from")
     datasets.set_defaults(run=cmd_datasets)
 
@@ -142,6 +146,30 @@ def cmd_release(args) -> int:
     fp = fingerprint_dataset(args.key, args.root, content_hash=args.content_hash)
     print(f"{fp.dataset} release {fp.version}: {fp.label_files} label/annotation files, {fp.images} images, "
           f"{fp.total_bytes} bytes, fingerprinted in {fp.seconds}s")
+    return 0
+
+
+def cmd_models(args) -> int:
+    from focus_dagster.config import load_config
+    from focus_dagster.models.catalog import weights_available
+    from focus_dagster.models.selection import resolve_models
+
+    config = load_config()
+    selected = resolve_models(config.models, config.model_cache)
+    if args.selected:
+        specs = list(selected.values())
+    else:
+        from focus_dagster.models.catalog import CATALOG
+
+        specs = [selected.get(model_id, spec) for model_id, spec in CATALOG.items()]
+        specs += [spec for model_id, spec in selected.items() if model_id not in CATALOG]
+    print(f"{'model':<28} {'iface':<5} {'domain':<14} {'family':<18} {'selected':<8} weights")
+    for spec in specs:
+        available, where = weights_available(spec)
+        built_in = spec.family in ("tiny_vit", "tiny_clip")
+        state = "built on first use" if built_in else ("here: " if available else "MISSING: ") + where
+        print(f"{spec.id:<28} {spec.interface:<5} {spec.domain:<14} {spec.family:<18} "
+              f"{'yes' if spec.id in selected else '':<8} {state}")
     return 0
 
 

@@ -59,6 +59,20 @@ def test_console_script_help_lists_commands_without_heavy_imports():
         "print('HEAVY', heavy)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    for command in ("demo", "synth", "records", "release", "datasets", "ui"):
+    for command in ("demo", "synth", "records", "labels", "release", "models", "datasets", "ui"):
         assert command in out
     assert "HEAVY []" in out
+
+
+def test_models_lists_the_catalog_with_availability(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("FOCUS_HOME", str(tmp_path))
+    monkeypatch.delenv("FOCUS_CONFIG", raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines()[1:]}
+    assert "MISSING" in lines["medgemma_27b"] and "models--google--medgemma-27b-it" in lines["medgemma_27b"]
+    assert "yes" in lines["efficientnet_lite0"] and "here" in lines["efficientnet_lite0"]
+    assert "built on first use" in lines["tiny_clip"]
+    assert main(["models", "--selected"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1 + 3

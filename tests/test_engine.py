@@ -104,3 +104,18 @@ def test_reduced_jpeg_decoding_matches_a_full_decode(tmp_path):
     assert fast.shape == slow.shape == (3, 224, 224)
     assert np.abs(fast - slow).mean() < 0.05  # in normalised units: about 3/255 of pixel value
     assert np.corrcoef(fast.ravel(), slow.ravel())[0, 1] > 0.995
+
+
+def test_an_image_replaced_in_place_invalidates_its_shard(items, tmp_path):
+    import shutil
+
+    copies = []
+    for image_id, path in items[:10]:
+        target = tmp_path / "imgs" / f"{image_id}.jpg"
+        target.parent.mkdir(exist_ok=True)
+        shutil.copy(path, target)
+        copies.append((image_id, str(target)))
+    run(copies, tmp_path)
+    shutil.copy(items[20][1], copies[7][1])  # same name, other picture
+    again = run(copies, tmp_path)
+    assert (again.shards_reused, again.shards_computed) == (1, 1)

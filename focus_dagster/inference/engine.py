@@ -152,9 +152,16 @@ def embed_images(
 
 
 def shard_key(fingerprint: str, shard: Sequence[tuple[str, str]]) -> str:
+    """The run fingerprint plus each image's id, path, size and modification time: an image replaced in
+    place (same name, other bytes) gives its shard a new key."""
     digest = hashlib.sha256(fingerprint.encode())
     for image_id, path in shard:
-        digest.update(f"{image_id}\0{path}\n".encode())
+        try:
+            stat = os.stat(path)
+            version = f"{stat.st_size}:{stat.st_mtime_ns}"
+        except OSError:
+            version = "absent"
+        digest.update(f"{image_id}\0{path}\0{version}\n".encode())
     return digest.hexdigest()[:20]
 
 

@@ -20,7 +20,11 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from focus_dagster.models.audit import LoadReport, file_sha256
+# Loading runs inside asset steps and the CLI: progress bars would only flood the run logs.
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+from focus_dagster.models.audit import LoadReport, file_sha256  # noqa: E402
 from focus_dagster.models.base import LoadedEncoder
 from focus_dagster.models.spec import (
     CheckpointError,

@@ -1,0 +1,73 @@
+"""image_embeddings and zero_shot_scores materialised in-process with the built-in pipeline-check models."""
+
+from __future__ import annotations
+
+import dagster as dg
+import duckdb
+import pandas as pd
+import pytest
+
+from focus_dagster.config import FocusConfig
+from focus_dagster.definitions import (
+    DATA_LAYER_JOB,
+    EMBEDDINGS_JOB,
+    ZERO_SHOT_JOB,
+    build_definitions,
+)
+from tests.conftest import copy_tree
+
+
+@pytest.fixture(scope="module")
+def world(synth_all, tmp_path_factory):
+    out, _ = synth_all
+    tmp = tmp_path_factory.mktemp("models")
+    config = FocusConfig(home=tmp / "home", roots={"brset": copy_tree(out / "brset", tmp / "brset")},
+                         models=("tiny_vit", "tiny_clip"))
+    defs = build_definitions(config)
+    instance = dg.DagsterInstance.ephemeral()
+    assert defs.resolve_job_def(DATA_LAYER_JOB).execute_in_process(partition_key="brset", instance=instance).success
+    return config, defs, instance
+
+
+def materialize(defs, instance, job, model):
+    key = dg.MultiPartitionKey({"model": model, "dataset": "brset"})
+    result = defs.resolve_job_def(job).execute_in_process(partition_key=key, instance=instance)
+    [event] = [e for e in result.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
+    return {k: v.value for k, v in event.event_specific_data.materialization.metadata.items()}
+
+
+def labelled(config) -> pd.DataFrame:
+    return pd.read_parquet(config.artifacts / "labels" / "brset.parquet")
+
+
+@pytest.mark.parametrize("model", ["tiny_vit", "tiny_clip"])
+def test_embeddings_cover_every_labelled_image_with_a_clean_audit(world, model):
+    config, defs, instance = world
+    meta = materialize(defs, instance, EMBEDDINGS_JOB, model)
+    frame = pd.read_parquet(config.artifacts / "embeddings" / model / "brset.parquet")
+    assert frame["image_id"].tolist() == labelled(config)["image_id"].tolist()
+    assert meta["dimension"] == 32 and len(frame["embedding"].iloc[0]) == 32
+    assert meta["checkpoint_audit"]["clean"] and meta["checkpoint_audit"]["missing_count"] == 0
+    assert meta["pipeline_check_model"] is True and meta["device"] == "cpu"
+    again = materialize(defs, instance, EMBEDDINGS_JOB, model)
+    assert again["shards_reused"] >= 1 and again["sha256"] == meta["sha256"]  # resumed from shards, same bytes
+
+
+def test_zero_shot_scores_are_probabilities_per_task(world):
+    config, defs, instance = world
+    materialize(defs, instance, EMBEDDINGS_JOB, "tiny_clip")
+    meta = materialize(defs, instance, ZERO_SHOT_JOB, "tiny_clip")
+    with duckdb.connect(str(config.database), read_only=True) as con:
+        scores = con.execute("SELECT task, score FROM predictions.zero_shot").df()
+    n = len(labelled(config))
+    assert meta["dagster/row_count"] == 3 * n and sorted(scores["task"].unique()) == ["any_dr", "gon", "referable_dr"]
+    assert scores["score"].between(0, 1).all() and scores["score"].std() > 0
+    assert meta["prompts_version"] == "reference-1"
+
+
+def test_an_unreadable_image_is_counted_and_the_rest_embedded(world):
+    config, defs, instance = world
+    victim = config.root_of("brset") / labelled(config)["image_path"].iloc[0]
+    victim.write_bytes(victim.read_bytes()[:100])
+    meta = materialize(defs, instance, EMBEDDINGS_JOB, "tiny_vit")
+    assert meta["images_unreadable"] == 1 and meta["dagster/row_count"] == len(labelled(config)) - 1

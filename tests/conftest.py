@@ -28,3 +28,19 @@ def copy_tree(src: Path, dst: Path) -> Path:
 
     shutil.copytree(src, dst)
     return dst
+
+
+def link_stand_in_images(root: Path, rel_paths) -> None:
+    """One tiny valid image hard-linked at every path: a real label file's layout without its pictures."""
+    from PIL import Image
+
+    root.mkdir(parents=True, exist_ok=True)
+    stand_ins = {}
+    for rel in rel_paths:
+        suffix = Path(rel).suffix.lower() or ".jpg"
+        if suffix not in stand_ins:
+            stand_ins[suffix] = root / f".stand-in{suffix}"
+            Image.new("RGB", (4, 4)).save(stand_ins[suffix], format="PNG" if suffix == ".png" else "JPEG")
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.link(stand_ins[suffix], target)

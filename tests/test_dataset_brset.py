@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import pandas as pd
@@ -10,7 +9,7 @@ import pytest
 
 from focus_dagster.datasets import read_dataset
 from focus_dagster.errors import DatasetLayoutError, EmptyDatasetError, LabelFileError
-from tests.conftest import SHARED_REFERENCE, copy_tree
+from tests.conftest import SHARED_REFERENCE, copy_tree, link_stand_in_images
 
 
 @pytest.fixture
@@ -158,15 +157,10 @@ def test_missing_root_is_a_layout_error(tmp_path):
 def test_real_public_label_file_reads_every_row(tmp_path):
     """The published labels.csv (16,266 rows) reads completely, with the codes of datasets.md."""
     root = tmp_path / "brset"
-    (root / "fundus_photos").mkdir(parents=True)
+    root.mkdir()
     shutil.copy(SHARED_REFERENCE / "brset_labels.csv", root / "labels.csv")
     frame = pd.read_csv(root / "labels.csv", dtype=str, keep_default_na=False, encoding="utf-8-sig")
-    tiny_jpeg = root / "tiny.jpg"
-    from PIL import Image
-
-    Image.new("RGB", (4, 4)).save(tiny_jpeg)
-    for image_id in frame["image_id"]:
-        os.link(tiny_jpeg, root / "fundus_photos" / f"{image_id}.jpg")
+    link_stand_in_images(root, "fundus_photos/" + frame["image_id"] + ".jpg")
     result = read_dataset("brset", root)
     records = result.records
     assert (result.rows_read, len(records)) == (16266, 16266)

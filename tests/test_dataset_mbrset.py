@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import pandas as pd
@@ -10,7 +9,7 @@ import pytest
 
 from focus_dagster.datasets import read_dataset
 from focus_dagster.errors import DatasetLayoutError
-from tests.conftest import SHARED_REFERENCE, copy_tree
+from tests.conftest import SHARED_REFERENCE, copy_tree, link_stand_in_images
 
 
 @pytest.fixture
@@ -80,13 +79,9 @@ def test_missing_image_folder_is_a_layout_error(mbrset):
 @pytest.mark.skipif(not (SHARED_REFERENCE / "mbrset_labels.csv").exists(), reason="shared reference copy absent")
 def test_real_public_label_file_reads_every_row(tmp_path):
     root = tmp_path / "mbrset"
-    (root / "images").mkdir(parents=True)
+    root.mkdir()
     shutil.copy(SHARED_REFERENCE / "mbrset_labels.csv", root / "labels_mbrset.csv")
-    from PIL import Image
-
-    Image.new("RGB", (4, 4)).save(root / "tiny.jpg")
-    for name in labels(root)["file"]:
-        os.link(root / "tiny.jpg", root / "images" / name)
+    link_stand_in_images(root, "images/" + labels(root)["file"])
     result = read_dataset("mbrset", root)
     records = result.records
     assert (result.rows_read, len(records)) == (5164, 5164)

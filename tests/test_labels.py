@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 from focus_dagster.datasets import DATASET_KEYS, read_dataset
 from focus_dagster.labels import LABEL_COLUMNS, RULES, harmonise
 from focus_dagster.labels.splits import path_tail
-from tests.conftest import SHARED_REFERENCE, copy_tree
+from tests.conftest import SHARED_REFERENCE, copy_tree, link_stand_in_images
 
 # Which tasks each dataset defines under the reference grid (datasets.md).
 TASK_GRID = {
@@ -163,13 +162,9 @@ def test_published_split_file_is_joined_and_disagreements_reported(harmonised, t
 @pytest.mark.skipif(not (SHARED_REFERENCE / "brset_labels.csv").exists(), reason="shared reference copy absent")
 def test_real_brset_with_the_published_split(tmp_path):
     root = tmp_path / "brset"
-    (root / "fundus_photos").mkdir(parents=True)
+    root.mkdir()
     shutil.copy(SHARED_REFERENCE / "brset_labels.csv", root / "labels.csv")
-    from PIL import Image
-
-    Image.new("RGB", (4, 4)).save(root / "tiny.jpg")
-    for image_id in pd.read_csv(root / "labels.csv", encoding="utf-8-sig")["image_id"]:
-        os.link(root / "tiny.jpg", root / "fundus_photos" / f"{image_id}.jpg")
+    link_stand_in_images(root, "fundus_photos/" + pd.read_csv(root / "labels.csv", encoding="utf-8-sig")["image_id"] + ".jpg")
     read = read_dataset("brset", root)
     result = harmonise("brset", read.records, read.quarantine, splits_dir=SHARED_REFERENCE / "published_splits")
     labels = result.labels
@@ -185,13 +180,9 @@ def test_real_brset_with_the_published_split(tmp_path):
 @pytest.mark.skipif(not (SHARED_REFERENCE / "mbrset_labels.csv").exists(), reason="shared reference copy absent")
 def test_real_mbrset_with_the_published_split(tmp_path):
     root = tmp_path / "mbrset"
-    (root / "images").mkdir(parents=True)
+    root.mkdir()
     shutil.copy(SHARED_REFERENCE / "mbrset_labels.csv", root / "labels_mbrset.csv")
-    from PIL import Image
-
-    Image.new("RGB", (4, 4)).save(root / "tiny.jpg")
-    for name in pd.read_csv(root / "labels_mbrset.csv")["file"]:
-        os.link(root / "tiny.jpg", root / "images" / name)
+    link_stand_in_images(root, "images/" + pd.read_csv(root / "labels_mbrset.csv")["file"])
     read = read_dataset("mbrset", root)
     result = harmonise("mbrset", read.records, read.quarantine, splits_dir=SHARED_REFERENCE / "published_splits")
     test = result.labels[result.labels["split"] == "test"]

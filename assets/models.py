@@ -8,6 +8,7 @@ from assets.automation import GATED_EAGER
 from assets.labels import labels_export
 from focus_dagster.inference.engine import embed_images, pick_device, run_fingerprint
 from focus_dagster.labels import TASKS
+from focus_dagster.models.spec import CheckpointError
 from resources import DatasetRoots, FocusStorage, ModelHub
 
 MODEL_GROUP = "models"
@@ -48,15 +49,24 @@ def build_model_assets(datasets: dg.StaticPartitionsDefinition, specs: dict) -> 
         kinds={"pytorch", "parquet"},
         automation_condition=GATED_EAGER,
         description=EMBEDDINGS_DESCRIPTION,
+        check_specs=[dg.AssetCheckSpec(
+            "checkpoint_audit", asset="image_embeddings", blocking=True,
+            description="Every backbone tensor of the model was filled from its checkpoint (matched / missing / "
+            "unexpected counts in the metadata). A partial load fails here and blocks everything downstream.",
+        )],
     )
     def image_embeddings(
         context: dg.AssetExecutionContext, datasets: DatasetRoots, models: ModelHub, storage: FocusStorage
-    ) -> dg.MaterializeResult:
+    ):
         model_id, dataset = _keys(context)
         labels = pd.read_parquet(storage.artifact_path(labels_export(dataset)))
         root = datasets.root(dataset)
         device = pick_device()
-        encoder = models.load(model_id, device)
+        try:
+            encoder = models.load(model_id, device)
+        except CheckpointError as exc:
+            yield dg.AssetCheckResult(check_name="checkpoint_audit", passed=False, metadata={"error": str(exc)})
+            raise
         items = [(i, str(root / p)) for i, p in zip(labels["image_id"], labels["image_path"])]
         run = embed_images(
             encoder.embed, items, encoder.spec.preprocess,
@@ -66,7 +76,13 @@ def build_model_assets(datasets: dg.StaticPartitionsDefinition, specs: dict) -> 
         )
         frame = pd.DataFrame({"image_id": run.image_ids, "embedding": list(run.embeddings)})
         path, sha = storage.write_parquet(embeddings_path(model_id, dataset), frame)
-        return dg.MaterializeResult(metadata=_embedding_metadata(encoder, run, dataset, path, sha))
+        yield dg.MaterializeResult(metadata=_embedding_metadata(encoder, run, dataset, path, sha))
+        audit = encoder.report.summary()
+        yield dg.AssetCheckResult(
+            check_name="checkpoint_audit", passed=encoder.report.clean,
+            metadata={k: audit[k] for k in ("matched", "model_tensors", "missing_count", "unexpected_count",
+                                            "ignored_missing_count", "weights_sha256", "checkpoint")},
+        )
 
     assets = [image_embeddings]
     if dual:

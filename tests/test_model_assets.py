@@ -71,3 +71,31 @@ def test_an_unreadable_image_is_counted_and_the_rest_embedded(world):
     victim.write_bytes(victim.read_bytes()[:100])
     meta = materialize(defs, instance, EMBEDDINGS_JOB, "tiny_vit")
     assert meta["images_unreadable"] == 1 and meta["dagster/row_count"] == len(labelled(config)) - 1
+
+
+def test_a_partial_checkpoint_fails_the_audit_check_and_the_step(synth_all, tmp_path):
+    """A checkpoint missing one backbone tensor: the blocking check fails with the audit, nothing is written."""
+    import timm
+    from safetensors.torch import save_file
+
+    options = {"img_size": 32, "patch_size": 8, "embed_dim": 32, "depth": 1, "num_heads": 2}
+    model = timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=0, **options)
+    state = {k: v.contiguous() for k, v in model.state_dict().items() if k != "blocks.0.attn.qkv.weight"}
+    save_file(state, tmp_path / "partial.safetensors")
+    out, _ = synth_all
+    entry = {"id": "partial_vit", "family": "timm_vit", "interface": "vm", "domain": "general", "source": "local",
+             "path": str(tmp_path / "partial.safetensors"), "options": options,
+             "preprocess": {"size": 32, "resize_to": 36}}
+    config = FocusConfig(home=tmp_path / "home", roots={"brset": copy_tree(out / "brset", tmp_path / "brset")},
+                         models=(entry,))
+    defs = build_definitions(config)
+    instance = dg.DagsterInstance.ephemeral()
+    assert defs.resolve_job_def(DATA_LAYER_JOB).execute_in_process(partition_key="brset", instance=instance).success
+    key = dg.MultiPartitionKey({"model": "partial_vit", "dataset": "brset"})
+    result = defs.resolve_job_def(EMBEDDINGS_JOB).execute_in_process(partition_key=key, instance=instance,
+                                                                     raise_on_error=False)
+    assert not result.success
+    [check] = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert check.check_name == "checkpoint_audit" and not check.passed
+    assert "blocks.0.attn.qkv.weight" in check.metadata["error"].value
+    assert not list((config.artifacts / "embeddings").rglob("*.parquet"))

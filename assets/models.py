@@ -130,7 +130,9 @@ def _zero_shot_asset(partitions: dg.MultiPartitionsDefinition):
                 text = encoder.text([negative, positive]).float()
             scores = zero_shot_probability(image, text[0], text[1], encoder.logit_scale).numpy()
             rows.append(pd.DataFrame({"model": model_id, "dataset": dataset, "image_id": embeddings["image_id"],
-                                      "task": task, "score": scores.astype(float), "prompts": PROMPTS_VERSION}))
+                                      "task": task, "score": scores.astype(float), "prompts": PROMPTS_VERSION,
+                                      "pipeline_check_model": encoder.spec.is_pipeline_check,
+                                      "in_pretraining_data": encoder.spec.contamination(dataset)}))
         frame = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
         key = f"{model_id}|{dataset}"
         storage.replace_rows(ZERO_SHOT_SCHEMA, ZERO_SHOT_TABLE, frame.assign(partition=key), "partition", key)

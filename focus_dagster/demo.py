@@ -10,6 +10,7 @@ import os
 import time
 
 from focus_dagster.config import load_config
+from focus_dagster.models.selection import resolve_models
 
 # The run logs stay complete in the instance (and the UI); the terminal gets one line per dataset.
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
@@ -50,9 +51,10 @@ def run_demo() -> int:
             failures += [] if result.success else [key]
             print("  " + _records_line(result, key))
         job_names = {job.name for job in defs.resolve_all_job_defs()}
+        specs = resolve_models(config.models, config.model_cache)
         for job_name in (EMBEDDINGS_JOB, ZERO_SHOT_JOB):
             if job_name in job_names:
-                failures += _run_model_job(defs.resolve_job_def(job_name), config.dataset_keys, instance)
+                failures += _run_model_job(defs.resolve_job_def(job_name), config.dataset_keys, instance, specs)
     print(f"done in {time.perf_counter() - started:.1f}s" + (f"; FAILED: {', '.join(failures)}" if failures else ""))
     print(f"  tables:    {config.database}")
     print("             records.<dataset>, records.quarantine, records.unlisted_images, labels.harmonised, labels.rejects,"
@@ -84,7 +86,7 @@ def _records_line(result, key: str) -> str:
     return line + (f" | warn: {', '.join(warnings)}" if warnings else "")
 
 
-def _run_model_job(job, datasets: list[str], instance) -> list[str]:
+def _run_model_job(job, datasets: list[str], instance, specs: dict) -> list[str]:
     """Run a model x dataset job for every partition whose dataset is registered; one line per model."""
     import dagster as dg
 
@@ -105,8 +107,9 @@ def _run_model_job(job, datasets: list[str], instance) -> list[str]:
             rows += meta.get("dagster/row_count", 0)
             rates += [meta["images_per_second"]] if meta.get("images_per_second") else []
         what = "embeddings" if "embeddings" in job.name else "zero-shot scores"
+        label = model + (" (pipeline-check)" if specs[model].is_pipeline_check else "")
         speed = f", {sum(rates) / len(rates):.1f} images/s" if rates else ""
-        print(f"  {what:<16} {model:<20} {rows:>6} rows over {len(datasets) - len(failed)} datasets{speed}"
+        print(f"  {what:<16} {label:<29} {rows:>6} rows over {len(datasets) - len(failed)} datasets{speed}"
               + (f" | FAILED: {', '.join(failed)}" if failed else ""))
         failures += [f"{model}/{d}" for d in failed]
     return failures

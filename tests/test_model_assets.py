@@ -99,3 +99,42 @@ def test_a_partial_checkpoint_fails_the_audit_check_and_the_step(synth_all, tmp_
     assert check.check_name == "checkpoint_audit" and not check.passed
     assert "blocks.0.attn.qkv.weight" in check.metadata["error"].value
     assert not list((config.artifacts / "embeddings").rglob("*.parquet"))
+
+
+def test_an_embedding_run_killed_half_way_resumes_from_its_finished_shards(monkeypatch, synth_all, tmp_path):
+    """The model dies after the first shard; the rerun reuses that shard and computes only the rest."""
+    from focus_dagster.inference import engine
+    from resources.models import ModelHub
+
+    monkeypatch.setattr(engine, "SHARD_SIZE", 4)
+    out, _ = synth_all
+    config = FocusConfig(home=tmp_path / "home", roots={"brset": copy_tree(out / "brset", tmp_path / "brset")},
+                         models=("tiny_vit",))
+    defs = build_definitions(config)
+    instance = dg.DagsterInstance.ephemeral()
+    assert defs.resolve_job_def(DATA_LAYER_JOB).execute_in_process(partition_key="brset", instance=instance).success
+    original_load = ModelHub.load
+    calls = {"images": 0}
+
+    def dying_load(self, model_id, device):
+        encoder = original_load(self, model_id, device)
+        embed = encoder.embed
+
+        def embed_then_die(pixels):
+            if calls["images"] >= 4:
+                raise RuntimeError("killed")
+            calls["images"] += len(pixels)
+            return embed(pixels)
+
+        encoder.embed = embed_then_die
+        return encoder
+
+    key = dg.MultiPartitionKey({"model": "tiny_vit", "dataset": "brset"})
+    monkeypatch.setattr(ModelHub, "load", dying_load)
+    killed = defs.resolve_job_def(EMBEDDINGS_JOB).execute_in_process(partition_key=key, instance=instance,
+                                                                     raise_on_error=False)
+    assert not killed.success
+    monkeypatch.setattr(ModelHub, "load", original_load)
+    meta = materialize(defs, instance, EMBEDDINGS_JOB, "tiny_vit")
+    n = len(labelled(config))
+    assert meta["shards_reused"] == 1 and meta["dagster/row_count"] == n

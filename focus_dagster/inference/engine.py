@@ -110,7 +110,7 @@ def embed_images(
     device: str | None = None,
     batch_size: int | None = None,
     num_workers: int | None = None,
-    shard_size: int = SHARD_SIZE,
+    shard_size: int | None = None,
     progress: Callable[[str], None] | None = None,
     stop_after_shards: int | None = None,
 ) -> EmbeddingRun:
@@ -121,6 +121,7 @@ def embed_images(
     as a killed run would (for tests).
     """
     device = pick_device(device)
+    shard_size = shard_size or SHARD_SIZE
     batch_size = batch_size or default_batch_size(device)
     num_workers = default_workers() if num_workers is None else num_workers
     work_dir = Path(work_dir)

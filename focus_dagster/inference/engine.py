@@ -210,7 +210,20 @@ def _loader(dataset, batch_size: int, num_workers: int, device: str):
         pin_memory=device.startswith("cuda"),
         persistent_workers=False,
         prefetch_factor=4 if num_workers else None,
+        worker_init_fn=_decoder_worker,
     )
+
+
+def _decoder_worker(_worker_id: int) -> None:
+    """Decoders yield to the model: one thread each, and a lower scheduling priority, so that on a small
+    CPU the model's threads are never the ones waiting."""
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        os.nice(5)
+    except OSError:
+        pass
 
 
 def _embed_batch(embed, pixels, indices, out: dict, device: str, batch_size: int, preprocess: Preprocess) -> int:

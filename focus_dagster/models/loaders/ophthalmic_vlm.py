@@ -138,19 +138,34 @@ def _project(head, features):
     return torch.nn.functional.normalize(head.projection(features), dim=-1)
 
 
+def _audited_checkpoint(spec: ModelSpec, defaults: dict, text_source: str, expected: str, keys: tuple,
+                        build, *, strip_prefix: bool = False, optional_prefixes: tuple = ()):
+    """What the three loaders share: options, the checkpoint file, the local tokenizer, the model built from
+    the options and filled from the checkpoint under `keys`, audited. Returns (options, tokenizer, model,
+    report, path)."""
+    from transformers import AutoTokenizer
+
+    options = {**defaults, **spec.options}
+    path = _weights_file(spec, expected)
+    tokenizer = AutoTokenizer.from_pretrained(
+        str(_tokenizer_folder(spec, options.get("text_source", text_source))), local_files_only=True
+    )
+    model = build(options)
+    state = select_state_dict(read_weights(path, spec.id), keys, spec.id, str(path))
+    if strip_prefix:  # a checkpoint saved from a DataParallel wrapper carries `module.`; the tensors are the same
+        state = strip_distributed_prefix(state)
+    report = load_audited(model, state, model_id=spec.id, checkpoint=str(path), weights_sha256=file_sha256(path),
+                          optional_prefixes=optional_prefixes)
+    return options, tokenizer, model, report, path
+
+
 def load_flair(spec: ModelSpec) -> LoadedEncoder:
     """FLAIR from its `.pth` state dict (weights_only) and a local Bio_ClinicalBERT tokenizer."""
     import torch
-    from transformers import AutoTokenizer
 
-    options = {**FLAIR_DEFAULTS, **spec.options}
-    path = _weights_file(spec, "flair_resnet.pth")
-    tokenizer = AutoTokenizer.from_pretrained(
-        str(_tokenizer_folder(spec, options.get("text_source", FLAIR_TEXT_SOURCE))), local_files_only=True
+    options, tokenizer, model, report, path = _audited_checkpoint(
+        spec, FLAIR_DEFAULTS, FLAIR_TEXT_SOURCE, "flair_resnet.pth", ("model_state_dict", "state_dict"), build_flair
     )
-    model = build_flair(options)
-    state = select_state_dict(read_weights(path, spec.id), ("model_state_dict", "state_dict"), spec.id, str(path))
-    report = load_audited(model, state, model_id=spec.id, checkpoint=str(path), weights_sha256=file_sha256(path))
     vision, text = model.vision_model, model.text_model
     max_length = int(options["text_max_length"])
 
@@ -308,19 +323,11 @@ def encode_openai_text(model, input_ids, eos_token_id):
 
 def load_eyeclip(spec: ModelSpec) -> LoadedEncoder:
     """EyeCLIP from its `.pt` checkpoint (`model_state_dict`, weights_only) and a local CLIP BPE tokenizer."""
-    from transformers import AutoTokenizer
-
-    options = {**EYECLIP_DEFAULTS, **spec.options}
-    path = _weights_file(spec, "the EyeCLIP checkpoint (an OpenAI-CLIP state dict under `model_state_dict`)")
-    tokenizer = AutoTokenizer.from_pretrained(
-        str(_tokenizer_folder(spec, options.get("text_source", EYECLIP_TEXT_SOURCE))), local_files_only=True
+    options, tokenizer, model, report, path = _audited_checkpoint(
+        spec, EYECLIP_DEFAULTS, EYECLIP_TEXT_SOURCE,
+        "the EyeCLIP checkpoint (an OpenAI-CLIP state dict under `model_state_dict`)", ("model_state_dict",),
+        build_openai_clip, strip_prefix=True,
     )
-    model = build_openai_clip(options)
-    # A checkpoint saved from a DataParallel wrapper carries `module.`; the tensors are the same.
-    state = strip_distributed_prefix(
-        select_state_dict(read_weights(path, spec.id), ("model_state_dict",), spec.id, str(path))
-    )
-    report = load_audited(model, state, model_id=spec.id, checkpoint=str(path), weights_sha256=file_sha256(path))
     context = int(options["context_length"])
 
     def embed(pixels):
@@ -420,17 +427,9 @@ def _refuse_resnet_embedding(report, spec: ModelSpec, path: Path) -> None:
 
 def load_retclip(spec: ModelSpec) -> LoadedEncoder:
     """RET-CLIP from its `.pt` checkpoint (`state_dict`, `module.` prefix, weights_only) and a BERT tokenizer."""
-    from transformers import AutoTokenizer
-
-    options = {**RETCLIP_DEFAULTS, **spec.options}
-    path = _weights_file(spec, "the RET-CLIP checkpoint (a state dict under `state_dict`)")
-    tokenizer = AutoTokenizer.from_pretrained(
-        str(_tokenizer_folder(spec, options.get("text_source", RETCLIP_TEXT_SOURCE))), local_files_only=True
-    )
-    model = build_retclip(options)
-    state = strip_distributed_prefix(select_state_dict(read_weights(path, spec.id), ("state_dict",), spec.id, str(path)))
-    report = load_audited(
-        model, state, model_id=spec.id, checkpoint=str(path), weights_sha256=file_sha256(path), optional_prefixes=RETCLIP_UNUSED
+    options, tokenizer, model, report, path = _audited_checkpoint(
+        spec, RETCLIP_DEFAULTS, RETCLIP_TEXT_SOURCE, "the RET-CLIP checkpoint (a state dict under `state_dict`)",
+        ("state_dict",), build_retclip, strip_prefix=True, optional_prefixes=RETCLIP_UNUSED,
     )
     _refuse_resnet_embedding(report, spec, path)
     context = int(options["context_length"])

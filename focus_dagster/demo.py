@@ -52,9 +52,9 @@ def run_demo() -> int:
             print("  " + _records_line(result, key))
         job_names = {job.name for job in defs.resolve_all_job_defs()}
         specs = resolve_models(config.models, config.model_cache)
-        for job_name in (EMBEDDINGS_JOB, ZERO_SHOT_JOB):
+        for job_name, what in ((EMBEDDINGS_JOB, "embeddings"), (ZERO_SHOT_JOB, "zero-shot scores")):
             if job_name in job_names:
-                failures += _run_model_job(defs.resolve_job_def(job_name), config.dataset_keys, instance, specs)
+                failures += _run_model_job(defs.resolve_job_def(job_name), what, config.dataset_keys, instance, specs)
     print(f"done in {time.perf_counter() - started:.1f}s" + (f"; FAILED: {', '.join(failures)}" if failures else ""))
     print(f"  tables:    {config.database}")
     print("             records.<dataset>, records.quarantine, records.unlisted_images, labels.harmonised, labels.rejects,"
@@ -86,7 +86,7 @@ def _records_line(result, key: str) -> str:
     return line + (f" | warn: {', '.join(warnings)}" if warnings else "")
 
 
-def _run_model_job(job, datasets: list[str], instance, specs: dict) -> list[str]:
+def _run_model_job(job, what: str, datasets: list[str], instance, specs: dict) -> list[str]:
     """Run a model x dataset job for every partition whose dataset is registered; one line per model."""
     import dagster as dg
 
@@ -106,7 +106,6 @@ def _run_model_job(job, datasets: list[str], instance, specs: dict) -> list[str]
             ][0]
             rows += meta.get("dagster/row_count", 0)
             rates += [meta["images_per_second"]] if meta.get("images_per_second") else []
-        what = "embeddings" if "embeddings" in job.name else "zero-shot scores"
         label = model + (" (pipeline-check)" if specs[model].is_pipeline_check else "")
         speed = f", {sum(rates) / len(rates):.1f} images/s" if rates else ""
         print(f"  {what:<16} {label:<29} {rows:>6} rows over {len(datasets) - len(failed)} datasets{speed}"

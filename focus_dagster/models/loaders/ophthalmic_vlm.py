@@ -159,6 +159,19 @@ def _audited_checkpoint(spec: ModelSpec, defaults: dict, text_source: str, expec
     return options, tokenizer, model, report, path
 
 
+def _clip_style_encoder(spec: ModelSpec, model, report, dim: int, embed, encode) -> LoadedEncoder:
+    """A CLIP-layout dual encoder (EyeCLIP, RET-CLIP): raw prompts, the model's own learned temperature."""
+    return LoadedEncoder(
+        spec=spec,
+        embed=embed,
+        dim=dim,
+        report=report,
+        modules=(model,),
+        text=TextTower(encode, logit_bias=None, wraps_prompts=False),
+        logit_scale=float(model.logit_scale.detach().exp()),
+    )
+
+
 def load_flair(spec: ModelSpec) -> LoadedEncoder:
     """FLAIR from its `.pth` state dict (weights_only) and a local Bio_ClinicalBERT tokenizer."""
     import torch
@@ -338,15 +351,7 @@ def load_eyeclip(spec: ModelSpec) -> LoadedEncoder:
         # Padding after the end-of-text token cannot change it: the text transformer is causal.
         return encode_openai_text(model, tokens["input_ids"].to(model.token_embedding.weight.device), tokenizer.eos_token_id)
 
-    return LoadedEncoder(
-        spec=spec,
-        embed=embed,
-        dim=int(options["embed_dim"]),
-        report=report,
-        modules=(model,),
-        text=TextTower(encode, logit_bias=None, wraps_prompts=False),
-        logit_scale=float(model.logit_scale.detach().exp()),
-    )
+    return _clip_style_encoder(spec, model, report, int(options["embed_dim"]), embed, encode)
 
 
 # --------------------------------------------------------------------------- RET-CLIP
@@ -446,12 +451,4 @@ def load_retclip(spec: ModelSpec) -> LoadedEncoder:
         ).last_hidden_state
         return model.text_projection(hidden[:, 0])
 
-    return LoadedEncoder(
-        spec=spec,
-        embed=embed,
-        dim=int(options["embed_dim"]),
-        report=report,
-        modules=(model,),
-        text=TextTower(encode, logit_bias=None, wraps_prompts=False),
-        logit_scale=float(model.logit_scale.detach().exp()),
-    )
+    return _clip_style_encoder(spec, model, report, int(options["embed_dim"]), embed, encode)

@@ -49,16 +49,12 @@ def build_model_assets(datasets: dg.StaticPartitionsDefinition, specs: dict) -> 
         kinds={"pytorch", "parquet"},
         automation_condition=GATED_EAGER,
         description=EMBEDDINGS_DESCRIPTION,
-        check_specs=[dg.AssetCheckSpec(
-            "checkpoint_audit", asset="image_embeddings", blocking=True,
-            description="Every backbone tensor of the model was filled from its checkpoint (matched / missing / "
-            "unexpected counts in the metadata). A partial load fails here and blocks everything downstream.",
-        )],
+        check_specs=[checkpoint_audit_spec("image_embeddings")],
     )
     def image_embeddings(
         context: dg.AssetExecutionContext, datasets: DatasetRoots, models: ModelHub, storage: FocusStorage
     ):
-        model_id, dataset = _keys(context)
+        model_id, dataset = model_keys(context)
         labels = pd.read_parquet(storage.artifact_path(labels_export(dataset)))
         root = datasets.root(dataset)
         device = pick_device()
@@ -77,12 +73,7 @@ def build_model_assets(datasets: dg.StaticPartitionsDefinition, specs: dict) -> 
         frame = pd.DataFrame({"image_id": run.image_ids, "embedding": list(run.embeddings)})
         path, sha = storage.write_parquet(embeddings_path(model_id, dataset), frame)
         yield dg.MaterializeResult(metadata=_embedding_metadata(encoder, run, dataset, path, sha))
-        audit = encoder.report.summary()
-        yield dg.AssetCheckResult(
-            check_name="checkpoint_audit", passed=encoder.report.clean,
-            metadata={k: audit[k] for k in ("matched", "model_tensors", "missing_count", "unexpected_count",
-                                            "ignored_missing_count", "weights_sha256", "checkpoint")},
-        )
+        yield checkpoint_audit_result(encoder.report)
 
     assets = [image_embeddings]
     if dual:
@@ -118,7 +109,7 @@ def _zero_shot_asset(partitions: dg.MultiPartitionsDefinition):
             zero_shot_probability,
         )
 
-        model_id, dataset = _keys(context)
+        model_id, dataset = model_keys(context)
         labels = pd.read_parquet(storage.artifact_path(labels_export(dataset)))
         embeddings = pd.read_parquet(storage.artifact_path(embeddings_path(model_id, dataset)))
         encoder = models.load(model_id, "cpu")
@@ -147,11 +138,28 @@ def _zero_shot_asset(partitions: dg.MultiPartitionsDefinition):
     return zero_shot_scores
 
 
+def checkpoint_audit_spec(asset: str) -> dg.AssetCheckSpec:
+    return dg.AssetCheckSpec(
+        "checkpoint_audit", asset=asset, blocking=True,
+        description="Every tensor of the model was filled from its checkpoint (matched / missing / unexpected "
+        "counts in the metadata). A partial load fails here and blocks everything downstream.",
+    )
+
+
+def checkpoint_audit_result(report) -> dg.AssetCheckResult:
+    audit = report.summary()
+    return dg.AssetCheckResult(
+        check_name="checkpoint_audit", passed=report.clean,
+        metadata={k: audit[k] for k in ("matched", "model_tensors", "missing_count", "unexpected_count",
+                                        "ignored_missing_count", "weights_sha256", "checkpoint")},
+    )
+
+
 def embeddings_path(model_id: str, dataset: str) -> str:
     return f"embeddings/{model_id}/{dataset}.parquet"
 
 
-def _keys(context) -> tuple[str, str]:
+def model_keys(context) -> tuple[str, str]:
     keys = context.partition_key.keys_by_dimension
     return keys["model"], keys["dataset"]
 
@@ -165,21 +173,28 @@ def _fingerprint_parts(encoder) -> dict:
 
 
 def _embedding_metadata(encoder, run, dataset: str, path, sha: str) -> dict:
-    spec = encoder.spec
     return {
         "dagster/row_count": len(run.image_ids),
         "path": dg.MetadataValue.path(str(path)),
         "sha256": sha,
         "dimension": int(run.embeddings.shape[1]) if run.embeddings.size else 0,
         "dtype": "float32",
+        **model_run_metadata(encoder, run, dataset),
+    }
+
+
+def model_run_metadata(loaded, run, dataset: str) -> dict:
+    """What every model step reports: where and how fast it ran, what it could not read, which weights."""
+    spec = loaded.spec
+    return {
         "device": run.device,
         "images_per_second": round(run.images_per_second, 2),
         "batch_size": run.batch_size,
         "shards_reused": run.shards_reused,
         "images_unreadable": len(run.failed),
         "unreadable_examples": dg.MetadataValue.json(dict(list(run.failed.items())[:10])),
-        "weights_sha256": encoder.report.weights_sha256,
-        "checkpoint_audit": dg.MetadataValue.json(encoder.report.summary()),
+        "weights_sha256": loaded.report.weights_sha256,
+        "checkpoint_audit": dg.MetadataValue.json(loaded.report.summary()),
         "pipeline_check_model": spec.is_pipeline_check,
         "in_pretraining_data": spec.contamination(dataset),
         "model_source": spec.source,

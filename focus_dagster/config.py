@@ -10,6 +10,8 @@ FOCUS_CONFIG) maps dataset keys to the local roots of real copies:
     synthetic: {per_dataset: 120, seed: 0, scale: 0.125}
     release: {observe_cron: "0 3 * * *", content_hash: false}
     splits: {dir: /data/focus-splits, seed: 0}   # published labels_splits_<dataset>.csv files (optional)
+    models: [efficientnet_lite0, {id: medgemma_4b, path: /weights/medgemma-4b-it}]
+    questions: {version: site-1, tasks: {gon: "..."}}   # yes/no questions for multimodal LLMs (optional)
     image_check: header                 # none | header | full
 
 Only the datasets listed are registered (they become the dataset partitions). Relative paths are
@@ -32,7 +34,7 @@ from focus_dagster.errors import ConfigError
 SYNTHETIC = "synthetic"
 DEFAULT_HOME = ".focus"
 DEFAULT_OBSERVE_CRON = "0 3 * * *"
-_TOP_LEVEL_KEYS = {"datasets", "synthetic", "release", "splits", "image_check", "models"}
+_TOP_LEVEL_KEYS = {"datasets", "synthetic", "release", "splits", "image_check", "models", "questions"}
 _SYNTHETIC_KEYS = {"per_dataset", "seed", "scale"}
 _RELEASE_KEYS = {"observe_cron", "content_hash"}
 _SPLITS_KEYS = {"dir", "seed"}
@@ -58,6 +60,7 @@ class FocusConfig:
     splits_dir: Path | None = None  # published split files; None = native or seeded splits
     split_seed: int = 0
     models: tuple | None = None  # model entries of focus.yaml (ids or mappings); None = the default models
+    questions: Mapping | None = None  # yes/no questions replacing the registry's (see focus_dagster/questions.py)
     source: Path | None = None  # the focus.yaml it came from, if any
 
     @property
@@ -143,6 +146,7 @@ def parse_config(raw: Any, home: Path, source: Path | None = None) -> FocusConfi
         splits_dir=splits_dir,
         split_seed=int(splits.get("seed", 0)),
         models=_parse_models(raw.get("models"), where),
+        questions=_parse_questions(raw.get("questions"), where),
         source=source,
     )
 
@@ -183,6 +187,16 @@ def _parse_models(models: Any, where: str) -> tuple | None:
         if not (isinstance(entry, str) or (isinstance(entry, Mapping) and isinstance(entry.get("id"), str))):
             raise ConfigError(f"{where}: each entry of `models` is a catalog id or a mapping with an `id`; got {entry!r}.")
     return tuple(entry if isinstance(entry, str) else dict(entry) for entry in models)
+
+
+def _parse_questions(questions: Any, where: str) -> Mapping | None:
+    """The `questions:` block, validated by the question registry (which knows the tasks)."""
+    if questions is None:
+        return None
+    from focus_dagster.questions import question_book
+
+    question_book(questions, where)
+    return dict(questions)
 
 
 def _parse_synthetic(raw: Any, where: str) -> SyntheticSettings:

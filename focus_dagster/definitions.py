@@ -20,14 +20,21 @@ warnings.filterwarnings("ignore", category=dg.PreviewWarning)
 DATA_LAYER_JOB = "focus_data_layer"
 EMBEDDINGS_JOB = "focus_image_embeddings"
 ZERO_SHOT_JOB = "focus_zero_shot_scores"
+TOKEN_PROBABILITIES_JOB = "focus_token_probabilities"
 OBSERVE_JOB = "observe_dataset_releases"
 
 
 def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
     from dagster_duckdb import DuckDBResource
 
-    from assets import build_dataset_assets, build_label_assets, build_model_assets
+    from assets import (
+        build_dataset_assets,
+        build_label_assets,
+        build_mllm_assets,
+        build_model_assets,
+    )
     from checks import build_label_checks, build_record_checks
+    from focus_dagster.questions import question_book
     from resources import DatasetRoots, FocusStorage, ModelHub
 
     config = config or load_config()
@@ -35,12 +42,15 @@ def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
     dataset_release, dataset_records = build_dataset_assets(datasets)
     [harmonise_labels] = build_label_assets(datasets, dataset_records)
     model_hub = ModelHub.from_config(config)
-    model_assets = build_model_assets(datasets, model_hub.specs())
+    specs = model_hub.specs()
+    model_assets = build_model_assets(datasets, specs)
+    mllm_assets = build_mllm_assets(datasets, specs, question_book(config.questions, str(config.source or "focus.yaml")))
     data_layer = dg.define_asset_job(
         DATA_LAYER_JOB,
-        selection=dg.AssetSelection.assets(dataset_records, harmonise_labels),
+        selection=dg.AssetSelection.assets(dataset_records, harmonise_labels, *mllm_assets[:1]),
         partitions_def=datasets,
-        description="Read a dataset from its published layout into native records, then harmonised labels.",
+        description="Read a dataset from its published layout into native records, then harmonised labels "
+        "(and the yes/no questions, when multimodal LLMs are selected).",
     )
     jobs = [data_layer] + [
         dg.define_asset_job(name, selection=dg.AssetSelection.assets(asset), partitions_def=asset.partitions_def,
@@ -51,13 +61,19 @@ def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
             model_assets,
         )
     ]
+    if mllm_assets:
+        jobs.append(dg.define_asset_job(
+            TOKEN_PROBABILITIES_JOB, selection=dg.AssetSelection.assets(mllm_assets[1]),
+            partitions_def=mllm_assets[1].partitions_def,
+            description="Yes/no token probabilities of every selected multimodal LLM (model x dataset).",
+        ))
     observe = dg.define_asset_job(
         OBSERVE_JOB,
         selection=dg.AssetSelection.assets(dataset_release.key),
         description="Fingerprint every registered dataset on disk (its release version).",
     )
     return dg.Definitions(
-        assets=[dataset_release, dataset_records, harmonise_labels, *model_assets],
+        assets=[dataset_release, dataset_records, harmonise_labels, *model_assets, *mllm_assets],
         asset_checks=[*build_record_checks(dataset_records, datasets), *build_label_checks(datasets)],
         jobs=[*jobs, observe],
         schedules=[

@@ -24,6 +24,7 @@ def run_demo() -> int:
         DATA_LAYER_JOB,
         EMBEDDINGS_JOB,
         OBSERVE_JOB,
+        TOKEN_PROBABILITIES_JOB,
         ZERO_SHOT_JOB,
         build_definitions,
     )
@@ -52,14 +53,17 @@ def run_demo() -> int:
             print("  " + _records_line(result, key))
         job_names = {job.name for job in defs.resolve_all_job_defs()}
         specs = resolve_models(config.models, config.model_cache)
-        for job_name, what in ((EMBEDDINGS_JOB, "embeddings"), (ZERO_SHOT_JOB, "zero-shot scores")):
+        model_jobs = ((EMBEDDINGS_JOB, "embeddings"), (ZERO_SHOT_JOB, "zero-shot scores"),
+                      (TOKEN_PROBABILITIES_JOB, "yes/no scores"))
+        for job_name, what in model_jobs:
             if job_name in job_names:
                 failures += _run_model_job(defs.resolve_job_def(job_name), what, config.dataset_keys, instance, specs)
     print(f"done in {time.perf_counter() - started:.1f}s" + (f"; FAILED: {', '.join(failures)}" if failures else ""))
     print(f"  tables:    {config.database}")
     print("             records.<dataset>, records.quarantine, records.unlisted_images, labels.harmonised, labels.rejects,"
           "\n             predictions.zero_shot")
-    print(f"  artifacts: {config.artifacts}  (labels/<dataset>.parquet, embeddings/<model>/<dataset>.parquet)")
+    print(f"  artifacts: {config.artifacts}  (labels/<dataset>.parquet, embeddings/<model>/<dataset>.parquet,"
+          "\n             questions/<dataset>.parquet, token_probabilities/<model>/<dataset>.parquet)")
     print(f"  instance:  {dagster_home}")
     print(f"  open the UI: make ui   (http://{UI_HOST}:{UI_PORT}, lineage graph and every run above)")
     return 1 if failures else 0

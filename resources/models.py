@@ -30,3 +30,8 @@ class ModelHub(ConfigurableResource):
         from focus_dagster.models.registry import load_encoder
 
         return load_encoder(self.specs()[model_id]).to(device)
+
+    def load_mllm(self, model_id: str, device: str):
+        from focus_dagster.models.loaders.mllm import load_mllm
+
+        return load_mllm(self.specs()[model_id]).to(device)

@@ -77,11 +77,13 @@ def test_flair_contamination():
 
 
 def test_defaults():
-    assert DEFAULT_MODELS == ("efficientnet_lite0", "tiny_vit", "tiny_clip")
+    assert DEFAULT_MODELS == ("efficientnet_lite0", "tiny_vit", "tiny_clip", "tiny_llava")
     assert (CATALOG["efficientnet_lite0"].interface, CATALOG["efficientnet_lite0"].domain) == ("vm", "general")
     assert CATALOG["tiny_vit"].is_pipeline_check and CATALOG["tiny_vit"].interface == "vm"
     assert CATALOG["tiny_clip"].is_pipeline_check and CATALOG["tiny_clip"].interface == "vlm"
     assert CATALOG["tiny_clip"].family == "tiny_clip"
+    assert CATALOG["tiny_llava"].is_pipeline_check and CATALOG["tiny_llava"].interface == "mllm"
+    assert CATALOG["tiny_llava"].preprocess.scale_only  # its processor normalises the [0, 1] pixels itself
     for model_id in DEFAULT_MODELS:
         assert weights_available(CATALOG[model_id])[0]
 

@@ -113,8 +113,12 @@ def embed_images(
     shard_size: int | None = None,
     progress: Callable[[str], None] | None = None,
     stop_after_shards: int | None = None,
+    pass_ids: bool = False,
 ) -> EmbeddingRun:
     """Embed `items` ((image_id, absolute path) pairs) with `embed` (pixels -> [B, D] tensor).
+
+    `pass_ids=True` calls `embed(pixels, image_ids)` instead, for models whose input depends on the image
+    beyond its pixels (a yes/no question with per-image context).
 
     Shards of `shard_size` images are written under `work_dir` as they finish; a shard whose key (the run
     fingerprint + its image ids and paths) is already there is reused. `stop_after_shards` stops early,
@@ -138,7 +142,7 @@ def embed_images(
             continue
         if stop_after_shards is not None and computed >= stop_after_shards:
             break
-        batch_size = _compute_shard(embed, shard, preprocess, path, device, batch_size, num_workers)
+        batch_size = _compute_shard(embed, shard, preprocess, path, device, batch_size, num_workers, pass_ids)
         computed += 1
         images_computed += len(shard)
         done = sum(len(s) for s in shards[: index + 1])
@@ -166,11 +170,13 @@ def shard_key(fingerprint: str, shard: Sequence[tuple[str, str]]) -> str:
     return digest.hexdigest()[:20]
 
 
-def _compute_shard(embed, shard, preprocess, path: Path, device: str, batch_size: int, num_workers: int) -> int:
+def _compute_shard(embed, shard, preprocess, path: Path, device: str, batch_size: int, num_workers: int,
+                   pass_ids: bool = False) -> int:
     """Embed one shard and write it atomically; returns the batch size that worked (it may have halved)."""
     import torch
 
     ids = [image_id for image_id, _ in shard]
+    embed = _with_ids(embed, ids) if pass_ids else _pixels_only(embed)
     dataset = ImageFiles([p for _, p in shard], preprocess)
     vectors: dict[int, np.ndarray] = {}
     failures: dict[int, str] = {}
@@ -200,6 +206,15 @@ def _compute_shard(embed, shard, preprocess, path: Path, device: str, batch_size
     return batch_size
 
 
+def _with_ids(embed, ids: list[str]):
+    """embed(pixels, positions in the shard) -> the model called with the image ids at those positions."""
+    return lambda pixels, positions: embed(pixels, [ids[i] for i in positions])
+
+
+def _pixels_only(embed):
+    return lambda pixels, positions: embed(pixels)
+
+
 def _loader(dataset, batch_size: int, num_workers: int, device: str):
     from torch.utils.data import DataLoader
 
@@ -227,7 +242,7 @@ def _decoder_worker(_worker_id: int) -> None:
 
 
 def _embed_batch(embed, pixels, indices, out: dict, device: str, batch_size: int, preprocess: Preprocess) -> int:
-    """Run the model on one batch, halving it on CUDA out-of-memory until it fits."""
+    """Run the model (embed(pixels, shard positions)) on one batch, halving it on CUDA out-of-memory until it fits."""
     import torch
 
     start = 0
@@ -235,7 +250,7 @@ def _embed_batch(embed, pixels, indices, out: dict, device: str, batch_size: int
         chunk = slice(start, start + batch_size)
         try:
             with torch.inference_mode(), _autocast(device):
-                result = embed(model_input(pixels[chunk], device, preprocess))
+                result = embed(model_input(pixels[chunk], device, preprocess), indices[chunk])
         except torch.OutOfMemoryError:
             if batch_size == 1:
                 raise

@@ -6,6 +6,8 @@ and a description the UI shows. A rule has three parts:
 - `subset`: which native records belong to the benchmark (the rest are rejected with a reason);
 - `tasks`: any_dr / referable_dr / gon as functions of the native columns. A task the dataset does not
   carry is absent and becomes null ("not defined"), never 0;
+- `label_columns`: the native columns the labels come from (or that restate them), which a yes/no
+  question may never show the model;
 - `metadata`: age, sex (F/M), quality (adequate/inadequate), camera and eye (R/L) from the dataset's own
   codes (sex codes differ per dataset: BRSET 1 = male, mBRSET 1 = male, PAPILA 0 = male).
 
@@ -45,6 +47,9 @@ class LabelRule:
     tasks: dict[str, Callable[[Frame], Series]]
     subset: tuple[SubsetFilter, ...] = ()
     metadata: Callable[[Frame], dict[str, Series]] = field(default=lambda records: {})
+    # Native columns that define the labels or restate them (file names included where they encode the
+    # class): never shown to a model that is asked about the label (the yes/no question leak check).
+    label_columns: tuple[str, ...] = ()
 
     def task_labels(self, records: Frame) -> Frame:
         """The three task columns for `records` (nullable 0/1; null where the dataset lacks the task)."""
@@ -147,6 +152,7 @@ RULES: dict[str, LabelRule] = {
         LabelRule(
             id="brset.icdr",
             dataset="brset",
+            label_columns=("DR_ICDR", "DR_SDRG", "diabetic_retinopathy", "macular_edema", "increased_cup_disc"),
             description="Diabetic patients only. any_dr = DR_ICDR >= 1; referable_dr = DR_ICDR >= 2 or "
             "macular_edema = 1; gon = increased_cup_disc. Sex 1 = M, 2 = F.",
             subset=(SubsetFilter("subset:not_diabetic", "not in the benchmark subset (diabetes != yes)",
@@ -160,6 +166,7 @@ RULES: dict[str, LabelRule] = {
         LabelRule(
             id="mbrset.icdr",
             dataset="mbrset",
+            label_columns=("final_icdr", "final_edema"),
             description="Macula-centred images (*.1, *.3) with a final ICDR grade. any_dr = final_icdr >= 1; "
             "referable_dr = final_icdr >= 2 or final_edema = yes (blank edema = no); no glaucoma label. "
             "Sex 0 = F, 1 = M.",
@@ -174,6 +181,7 @@ RULES: dict[str, LabelRule] = {
         LabelRule(
             id="papila.diagnosis",
             dataset="papila",
+            label_columns=("Diagnosis",),
             description="gon = Diagnosis in {1 glaucoma, 2 suspect} (suspects positive, as the reference). "
             "Gender 0 = M, 1 = F.",
             tasks={"gon": lambda r: num(r, "Diagnosis").isin([1, 2]).where(num(r, "Diagnosis").notna())},
@@ -182,6 +190,7 @@ RULES: dict[str, LabelRule] = {
         LabelRule(
             id="rfmid.dr_cme",
             dataset="rfmid",
+            label_columns=("DR", "CME"),
             description="any_dr = DR; referable_dr = CME (the reference's choice: a degenerate task, 7 positives "
             "in all of RFMiD). No demographics.",
             tasks={"any_dr": lambda r: num(r, "DR"), "referable_dr": lambda r: num(r, "CME")},
@@ -189,12 +198,14 @@ RULES: dict[str, LabelRule] = {
         LabelRule(
             id="rfmid_2.dr_me",
             dataset="rfmid_2",
+            label_columns=("DR", "ME"),
             description="any_dr = DR; referable_dr = ME (4 positives in all: degenerate). No demographics.",
             tasks={"any_dr": lambda r: num(r, "DR"), "referable_dr": lambda r: num(r, "ME")},
         ),
         LabelRule(
             id="idrid.grade",
             dataset="idrid",
+            label_columns=("Retinopathy grade", "Risk of macular edema"),
             description="any_dr = Retinopathy grade >= 1; referable_dr = grade >= 2 or Risk of macular edema > 0. "
             "Images keyed by (split, name).",
             tasks=icdr_tasks(lambda r: num(r, "Retinopathy grade"), lambda r: num(r, "Risk of macular edema") > 0),
@@ -202,6 +213,7 @@ RULES: dict[str, LabelRule] = {
         LabelRule(
             id="messidor_2.adjudicated",
             dataset="messidor_2",
+            label_columns=("diagnosis", "adjudicated_dr_grade", "adjudicated_dme"),
             description="Gradable images only. any_dr = adjudicated grade >= 1; referable_dr = grade >= 2 or "
             "adjudicated_dme = 1.",
             subset=(
@@ -214,6 +226,7 @@ RULES: dict[str, LabelRule] = {
         LabelRule(
             id="refuge.label",
             dataset="refuge",
+            label_columns=("Label", "ImgName"),
             description="gon = Label (1 = glaucoma); the unlabelled test split is rejected. Split: official "
             "train = train, official val = test (the reference benchmark).",
             subset=(SubsetFilter("label:unlabelled", "no glaucoma label (unlabelled split)",
@@ -224,12 +237,14 @@ RULES: dict[str, LabelRule] = {
         LabelRule(
             id="g1020.binary",
             dataset="g1020",
+            label_columns=("binaryLabels",),
             description="gon = binaryLabels (1 = glaucoma). No patient column: splits may leak patients.",
             tasks={"gon": lambda r: num(r, "binaryLabels")},
         ),
         LabelRule(
             id="jsiec1000.folder",
             dataset="jsiec1000",
+            label_columns=("class_folder", "class_code", "class_name"),
             description="any_dr = class folder DR1, DR2, DR3 or blur with suspected PDR; referable_dr = DR2, DR3 "
             "or suspected PDR (DR1 negative); glaucoma not evaluated.",
             tasks={

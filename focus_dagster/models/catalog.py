@@ -31,6 +31,12 @@ RETCLIP_PREP = Preprocess(size=224, resize="squash", resize_to=None, interpolati
 # The packaged EfficientNet-Lite0 weights are a TensorFlow port: inputs scaled to [-1, 1].
 EFFICIENTNET_PREP = Preprocess(size=224, resize_to=256, interpolation="bicubic", mean=HALF, std=HALF)
 TINY_PREP = Preprocess(size=32, resize="squash", resize_to=None, interpolation="bilinear")
+# Multimodal LLMs get [0, 1] pixels at a fixed square size; their own processor normalises them. Gemma-3 /
+# MedGemma squash to 896 themselves; Qwen3-VL and LLaVA-NeXT would keep the aspect ratio at many more image
+# tokens: 672 (a multiple of their 32 / 336 px units) bounds the cost. `preprocess: {size: ...}` changes it.
+GEMMA3_PREP = Preprocess(size=896, resize="squash", resize_to=None, interpolation="bilinear", scale_only=True)
+MLLM_PREP = Preprocess(size=672, resize="squash", resize_to=None, interpolation="bicubic", scale_only=True)
+TINY_MLLM_PREP = Preprocess(size=32, resize="squash", resize_to=None, interpolation="bilinear", scale_only=True)
 
 
 def _vm(id, domain, family, source, **extra) -> ModelSpec:
@@ -41,13 +47,14 @@ def _vlm(id, domain, family, source, **extra) -> ModelSpec:
     return ModelSpec(id=id, interface="vlm", domain=domain, family=family, source=source, pooling="projection", **extra)
 
 
-def _mllm(id, domain, source) -> ModelSpec:
+def _mllm(id, domain, source, preprocess=MLLM_PREP) -> ModelSpec:
     return ModelSpec(
         id=id,
         interface="mllm",
         domain=domain,
         family="hf_mllm",
         source=source,
+        preprocess=preprocess,
         pooling="none",
         dtype="bfloat16",
         notes="AutoProcessor + AutoModelForImageTextToText; chat template, one user turn (image + question).",
@@ -109,12 +116,12 @@ REFERENCE_GRID = (
         notes="Checkpoint from the project page; not on the model hub, so set `path:`.",
     ),
     # multimodal LLMs
-    _mllm("gemma3_27b", "general", "google/gemma-3-27b-it"),
+    _mllm("gemma3_27b", "general", "google/gemma-3-27b-it", GEMMA3_PREP),
     _mllm("qwen3_vl_8b", "general", "Qwen/Qwen3-VL-8B-Instruct"),
     _mllm("llava_next_llama3_8b", "general", "llava-hf/llama3-llava-next-8b-hf"),
-    _mllm("medgemma_4b", "medical", "google/medgemma-4b-it"),
-    _mllm("medgemma_27b", "medical", "google/medgemma-27b-it"),
-    _mllm("medgemma_1_5_4b", "medical", "google/medgemma-1.5-4b-it"),
+    _mllm("medgemma_4b", "medical", "google/medgemma-4b-it", GEMMA3_PREP),
+    _mllm("medgemma_27b", "medical", "google/medgemma-27b-it", GEMMA3_PREP),
+    _mllm("medgemma_1_5_4b", "medical", "google/medgemma-1.5-4b-it", GEMMA3_PREP),
 )
 
 BUILTIN_DEFAULTS = (
@@ -146,12 +153,25 @@ BUILTIN_DEFAULTS = (
         options={"seed": 0},
         notes="Pipeline check: seeded random dual encoder, says nothing about retinal AI.",
     ),
+    ModelSpec(
+        id="tiny_llava",
+        interface="mllm",
+        domain="pipeline-check",
+        family="tiny_llava",
+        source="builtin:seeded tiny LLaVA",
+        preprocess=TINY_MLLM_PREP,
+        pooling="none",
+        options={"seed": 0},
+        notes="Pipeline check: seeded random LLaVA-style model with a locally trained tokenizer and chat template; "
+        "runs the whole multimodal-LLM path (processor, template, batching, answer tokens), says nothing about "
+        "retinal AI.",
+    ),
 )
 
 CATALOG: dict[str, ModelSpec] = {spec.id: spec for spec in REFERENCE_GRID + BUILTIN_DEFAULTS}
-DEFAULT_MODELS = ("efficientnet_lite0", "tiny_vit", "tiny_clip")
+DEFAULT_MODELS = ("efficientnet_lite0", "tiny_vit", "tiny_clip", "tiny_llava")
 # Models whose weights ship with the code or are generated on first use: always available.
-BUILTIN_FAMILIES = ("efficientnet_lite0", "tiny_vit", "tiny_clip")
+BUILTIN_FAMILIES = ("efficientnet_lite0", "tiny_vit", "tiny_clip", "tiny_llava")
 
 
 def is_hub_id(source: str | None) -> bool:

@@ -21,7 +21,7 @@ OVERRIDABLE = {"path", "revision", "options", "pooling", "dtype", "trust_remote_
                "pretrained_on"}
 REQUIRED_FOR_NEW = ("family", "interface", "domain", "source")
 # Built-in seeded models are written on first use; their folder defaults to the platform's model cache.
-SELF_BUILDING_FAMILIES = ("tiny_vit", "tiny_clip")
+SELF_BUILDING_FAMILIES = ("tiny_vit", "tiny_clip", "tiny_llava")
 
 
 def resolve_models(entries: Iterable | None, cache_dir: Path, where: str = "focus.yaml") -> dict[str, ModelSpec]:

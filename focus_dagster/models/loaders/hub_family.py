@@ -138,8 +138,16 @@ def pretrained_kwargs(spec: ModelSpec, folder: Path) -> dict:
     return kwargs
 
 
+def quiet_transformers() -> None:
+    """No progress bars from the library: inside asset steps they only flood the run logs and the terminal."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def load_pretrained(model_class, spec: ModelSpec, folder: Path):
     """`model_class.from_pretrained` on the local folder, with its audit; raises on any missing tensor."""
+    quiet_transformers()
     try:
         model, info = model_class.from_pretrained(str(folder), **pretrained_kwargs(spec, folder))
     except (OSError, RuntimeError, ValueError) as exc:
@@ -310,6 +318,7 @@ def _default_cache(spec: ModelSpec) -> Path:
 
 def build_tiny_clip(folder: Path, spec: ModelSpec) -> Path:
     """Write a seeded tiny CLIPModel and its tokenizer into `folder` (hub layout), deterministically."""
+    quiet_transformers()
     import torch
     from transformers import CLIPConfig, CLIPModel
 

@@ -1,0 +1,261 @@
+"""Multimodal-LLM outputs: the yes/no questions each dataset is asked, and the token probabilities of the answers."""
+
+import hashlib
+import json
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from assets.automation import GATED_EAGER
+from assets.labels import labels_export
+from assets.models import (
+    MODEL_GROUP,
+    checkpoint_audit_result,
+    checkpoint_audit_spec,
+    model_keys,
+    model_partitions,
+    model_run_metadata,
+)
+from focus_dagster.labels import TASKS
+from focus_dagster.labels.rules import rule_for
+from focus_dagster.models.spec import CheckpointError
+from focus_dagster.questions import QuestionBook, find_leaks, unknown_fields
+from resources import DatasetRoots, FocusStorage, ModelHub
+
+QUESTIONS_DESCRIPTION = (
+    "The yes/no question asked of multimodal LLMs for each task this dataset defines, rendered per image "
+    "(Parquet in the artifact store: image_id, task, question_id, question). Questions come from one versioned "
+    "registry (focus_dagster/questions.py, or `questions:` in focus.yaml). The blocking check `no_label_leak` "
+    "fails when a question shows the model a label-defining column, a file name, or context whose values decide "
+    "the label (the reference benchmark's BRSET prompts did): token probabilities are then not computed."
+)
+TOKEN_PROBABILITIES_DESCRIPTION = (
+    "Yes/no answers of one multimodal LLM on one dataset, all applicable tasks in one pass over the images: per "
+    "image and task, p_yes and p_no (probability mass of the single-token yes/no variants at the first generated "
+    "token, softmax over the whole vocabulary), score = p_yes / (p_yes + p_no), the reference benchmark's "
+    "p_yes_reference (max over variants, raw), the parsed greedy answer (yes / no / unparseable) and the most "
+    "likely first token. Batched single forward passes, left padding, bf16 on a GPU; work kept in shards so an "
+    "interrupted run resumes. Parquet in the artifact store, sorted by image_id and task; unreadable images in a "
+    "quarantine file beside it, counted in the metadata."
+)
+
+
+class YesNoRunConfig(dg.Config):
+    answer_tokens: int = Field(
+        default=4,
+        description="Greedy answer tokens generated to record the parsed answer (0: first-token probabilities only).",
+    )
+
+
+def build_mllm_assets(datasets: dg.StaticPartitionsDefinition, specs: dict, book: QuestionBook) -> list:
+    """yes_no_questions per dataset and token_probabilities per MLLM x dataset (nothing when no MLLM is selected)."""
+    mllms = [m for m, s in specs.items() if s.interface == "mllm"]
+    if not mllms:
+        return []
+    return [_questions_asset(datasets, book), _token_probabilities_asset(model_partitions(mllms, datasets), book)]
+
+
+def questions_path(dataset: str) -> str:
+    return f"questions/{dataset}.parquet"
+
+
+def token_probabilities_path(model_id: str, dataset: str) -> str:
+    return f"token_probabilities/{model_id}/{dataset}.parquet"
+
+
+def _questions_asset(datasets: dg.StaticPartitionsDefinition, book: QuestionBook):
+    @dg.asset(
+        partitions_def=datasets,
+        deps=["harmonised_labels"],
+        group_name=MODEL_GROUP,
+        pool="duckdb",
+        kinds={"parquet"},
+        automation_condition=GATED_EAGER,
+        description=QUESTIONS_DESCRIPTION,
+        check_specs=[dg.AssetCheckSpec(
+            "no_label_leak", asset="yes_no_questions", blocking=True,
+            description="No question shows the model a column that defines its label, a file name that may encode "
+            "it, or per-image context whose values decide it. A leak fails here and blocks token_probabilities.",
+        )],
+    )
+    def yes_no_questions(context: dg.AssetExecutionContext, storage: FocusStorage):
+        dataset = context.partition_key
+        labels = pd.read_parquet(storage.artifact_path(labels_export(dataset)))
+        questions = book.for_dataset(dataset, [t for t in TASKS if labels[t].notna().any()])
+        rows = _context_rows(storage, dataset, labels, questions)
+        leaks = [leak for q in questions for leak in find_leaks(q, rule_for(dataset), rows)]
+        verdict = {q.id: "; ".join(leak.detail for leak in leaks if leak.question_id == q.id) for q in questions}
+        rendered = pd.DataFrame([
+            {"image_id": image_id, "task": q.task, "question_id": q.id, "question": q.render(row), "leak": verdict[q.id]}
+            for image_id, row in zip(rows["image_id"], rows.to_dict("records")) for q in questions
+        ], columns=["image_id", "task", "question_id", "question", "leak"])
+        # The verdict travels with the questions: token_probabilities refuses a file that records a leak.
+        path, sha = storage.write_parquet(questions_path(dataset), rendered)
+        yield dg.MaterializeResult(metadata={
+            "dagster/row_count": len(rendered),
+            "questions_version": book.version,
+            "questions": dg.MetadataValue.md(_questions_table(questions)),
+            "path": dg.MetadataValue.path(str(path)),
+            "sha256": sha,
+        })
+        yield dg.AssetCheckResult(
+            check_name="no_label_leak", passed=not leaks,
+            metadata={"leaks": dg.MetadataValue.json([leak.__dict__ for leak in leaks]),
+                      "questions_checked": len(questions), "label_columns": list(rule_for(dataset).label_columns)},
+        )
+
+    return yes_no_questions
+
+
+def _context_rows(storage: FocusStorage, dataset: str, labels: pd.DataFrame, questions) -> pd.DataFrame:
+    """The labels, joined with the dataset's native records when a question has per-image placeholders."""
+    if not any(q.fields for q in questions):
+        return labels
+    records = storage.read_table("records", dataset)
+    native = records.drop(columns=[c for c in records.columns if c in labels.columns and c != "image_id"])
+    rows = labels.merge(native, on="image_id", how="left")
+    for q in questions:
+        missing = unknown_fields(q, rows.columns)
+        if missing:
+            raise dg.Failure(
+                f"question {q.id!r} ({q.text!r}) names {missing}, which {dataset} has neither as metadata nor in its "
+                f"label file; available: {sorted(set(rows.columns) - set(TASKS))}. Fix `questions:` in focus.yaml."
+            )
+    return rows
+
+
+def _questions_table(questions) -> str:
+    lines = ["| task | id | question |", "|---|---|---|"]
+    lines += [f"| {q.task} | `{q.id}` | {q.text} |" for q in questions]
+    return "\n".join(lines)
+
+
+def _token_probabilities_asset(partitions: dg.MultiPartitionsDefinition, book: QuestionBook):
+    by_dataset = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="dataset")
+
+    @dg.asset(
+        partitions_def=partitions,
+        deps=[dg.AssetDep("yes_no_questions", partition_mapping=by_dataset),
+              dg.AssetDep("harmonised_labels", partition_mapping=by_dataset)],
+        group_name=MODEL_GROUP,
+        pool="gpu",
+        kinds={"pytorch", "parquet"},
+        automation_condition=GATED_EAGER,
+        description=TOKEN_PROBABILITIES_DESCRIPTION,
+        check_specs=[checkpoint_audit_spec("token_probabilities")],
+    )
+    def token_probabilities(
+        context: dg.AssetExecutionContext, config: YesNoRunConfig, datasets: DatasetRoots, models: ModelHub,
+        storage: FocusStorage,
+    ):
+        from focus_dagster.inference.engine import (
+            embed_images,
+            pick_device,
+            run_fingerprint,
+        )
+
+        model_id, dataset = model_keys(context)
+        labels = pd.read_parquet(storage.artifact_path(labels_export(dataset)))
+        asked = pd.read_parquet(storage.artifact_path(questions_path(dataset)))
+        tasks = _checked_tasks(asked, dataset, book)
+        device = pick_device()
+        try:
+            mllm = models.load_mllm(model_id, device)
+        except CheckpointError as exc:
+            yield dg.AssetCheckResult(check_name="checkpoint_audit", passed=False, metadata={"error": str(exc)})
+            raise
+        if mllm.tokens.excluded:
+            context.log.warning(f"{model_id}: answer variants left out (not single tokens): {mllm.tokens.excluded}")
+        per_image = _questions_by_image(asked, tasks)
+        scorer = mllm.scorer([book.question(t, dataset).text for t in tasks], config.answer_tokens, per_image)
+        root = datasets.root(dataset)
+        items = [(i, str(root / p)) for i, p in zip(labels["image_id"], labels["image_path"]) if i in per_image]
+        run = embed_images(
+            scorer, items, mllm.spec.preprocess,
+            work_dir=storage.artifact_path(f"token_probabilities/{model_id}/{dataset}.shards"),
+            fingerprint=run_fingerprint(_fingerprint_parts(mllm, asked, config.answer_tokens)),
+            device=device, progress=context.log.info, pass_ids=True,
+        )
+        frame = probabilities_frame(run.image_ids, run.embeddings, tasks, asked, mllm.processor.tokenizer)
+        path, sha = storage.write_parquet(token_probabilities_path(model_id, dataset), frame)
+        quarantine = pd.DataFrame(sorted(run.failed.items()), columns=["image_id", "reason"])
+        storage.write_parquet(token_probabilities_path(model_id, dataset).replace(".parquet", ".quarantine.parquet"),
+                              quarantine)
+        yield dg.MaterializeResult(metadata=_probability_metadata(mllm, run, frame, dataset, book, path, sha))
+        yield checkpoint_audit_result(mllm.report)
+
+    return token_probabilities
+
+
+def _checked_tasks(asked: pd.DataFrame, dataset: str, book: QuestionBook) -> list[str]:
+    """The tasks asked, after making sure the stored questions are the registry's and none leaks (again)."""
+    tasks = [t for t in TASKS if t in set(asked["task"])]
+    current = {t: book.question(t, dataset) for t in tasks}
+    stale = sorted(set(asked["question_id"]) - {q.id for q in current.values()})
+    if stale:
+        raise dg.Failure(f"yes_no_questions for {dataset} holds questions {stale}, not the registry's "
+                         f"{sorted(q.id for q in current.values())}: materialise yes_no_questions first.")
+    recorded = sorted(set(asked.loc[asked["leak"].astype(bool), "leak"]))
+    leaks = recorded + [leak.detail for q in current.values() for leak in find_leaks(q, rule_for(dataset))]
+    if leaks:
+        raise dg.Failure(f"{dataset}: the yes/no questions leak the label ({leaks}); nothing is scored until the "
+                         "questions are fixed (`questions:` in focus.yaml) and yes_no_questions passes no_label_leak.")
+    return tasks
+
+
+def _questions_by_image(asked: pd.DataFrame, tasks: list[str]) -> dict[str, tuple[str, ...]]:
+    table = asked.pivot(index="image_id", columns="task", values="question")[tasks]
+    return {image_id: tuple(row) for image_id, row in zip(table.index, table.to_numpy())}
+
+
+def probabilities_frame(image_ids, values: np.ndarray, tasks: list[str], asked: pd.DataFrame, tokenizer) -> pd.DataFrame:
+    """Scorer output [n, tasks x VALUES] -> one row per image and task, sorted by image_id and task."""
+    from focus_dagster.inference.yes_no import ANSWER_CODES, VALUES
+
+    cube = values.reshape(len(image_ids), len(tasks), len(VALUES)) if len(image_ids) else np.zeros((0, len(tasks), 6))
+    frame = pd.DataFrame({
+        "image_id": np.repeat(np.asarray(image_ids, dtype=object), len(tasks)),
+        "task": np.tile(np.asarray(tasks, dtype=object), len(image_ids)),
+        **{name: cube[:, :, k].reshape(-1).astype(float) for k, name in enumerate(VALUES)},
+    })
+    total = frame["p_yes"] + frame["p_no"]
+    frame["score"] = (frame["p_yes"] / total).where(total > 0)
+    frame["answer"] = frame.pop("answer_code").map(ANSWER_CODES).fillna("not generated")
+    ids = frame.pop("first_token_id").astype(int)
+    decoded = {i: tokenizer.decode([i]) for i in set(ids.tolist())}
+    frame["first_token"] = ids.map(decoded)
+    frame = frame.merge(asked[["image_id", "task", "question_id"]], on=["image_id", "task"], how="left")
+    columns = ["image_id", "task", "question_id", "p_yes", "p_no", "score", "p_yes_reference", "p_no_reference",
+               "answer", "first_token"]
+    return frame[columns].sort_values(["image_id", "task"], kind="stable").reset_index(drop=True)
+
+
+def _fingerprint_parts(mllm, asked: pd.DataFrame, answer_tokens: int) -> dict:
+    from focus_dagster import __version__
+
+    spec = mllm.spec
+    questions = hashlib.sha256(asked.to_csv(index=False).encode()).hexdigest()
+    return {"model": spec.id, "revision": spec.revision, "weights": mllm.report.weights_sha256,
+            "preprocess": spec.preprocess, "family": spec.family, "code": __version__, "questions": questions,
+            "answer_tokens": answer_tokens, "tokens": json.dumps(mllm.tokens.summary(), sort_keys=True)}
+
+
+def _probability_metadata(mllm, run, frame: pd.DataFrame, dataset: str, book: QuestionBook, path, sha: str) -> dict:
+    answers = frame["answer"].value_counts().to_dict()
+    return {
+        "dagster/row_count": len(frame),
+        "path": dg.MetadataValue.path(str(path)),
+        "sha256": sha,
+        "images": len(run.image_ids),
+        "tasks": sorted(frame["task"].unique().tolist()),
+        "questions_version": book.version,
+        "question_ids": sorted(frame["question_id"].dropna().unique().tolist()),
+        "answers": dg.MetadataValue.json({str(k): int(v) for k, v in answers.items()}),
+        "answer_tokens": dg.MetadataValue.json(mllm.tokens.summary()),
+        "mean_score_by_task": dg.MetadataValue.json(
+            {t: round(float(s), 4) for t, s in frame.groupby("task")["score"].mean().items()}),
+        "model_family": mllm.family_name,
+        **model_run_metadata(mllm, run, dataset),
+    }

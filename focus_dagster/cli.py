@@ -76,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--selected", action="store_true", help="only the models focus.yaml selects")
     models.set_defaults(run=cmd_models)
 
+    trace = sub.add_parser("trace", help="the lineage of one number: metric row -> predictions -> model -> labels -> files")
+    trace.add_argument("metric_id", help="a metric id (leaderboard, metrics.values)")
+    trace.add_argument("--json", action="store_true", help="machine-readable output")
+    trace.set_defaults(run=cmd_trace)
+
     datasets = sub.add_parser("datasets", help="list the datasets and where each is read from")
     datasets.set_defaults(run=cmd_datasets)
 
@@ -205,6 +210,18 @@ def cmd_ui(args) -> int:
 
 
 # ------------------------------------------------------------------------------------------------ helpers
+
+
+def cmd_trace(args) -> int:
+    import json
+
+    from focus_dagster.config import load_config
+    from focus_dagster.trace import format_trace, trace
+
+    config = load_config()
+    result = trace(args.metric_id, config, prepare_dagster_home(config))
+    print(json.dumps(result, indent=2, default=str) if args.json else format_trace(result))
+    return 0
 
 
 def prepare_dagster_home(config) -> Path:

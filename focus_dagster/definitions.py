@@ -21,6 +21,9 @@ DATA_LAYER_JOB = "focus_data_layer"
 EMBEDDINGS_JOB = "focus_image_embeddings"
 ZERO_SHOT_JOB = "focus_zero_shot_scores"
 TOKEN_PROBABILITIES_JOB = "focus_token_probabilities"
+PROBES_JOB = "focus_linear_probes"
+EVALUATION_JOB = "focus_evaluation"
+SUMMARY_JOB = "focus_cross_dataset_and_leaderboard"
 OBSERVE_JOB = "observe_dataset_releases"
 
 
@@ -29,6 +32,7 @@ def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
 
     from assets import (
         build_dataset_assets,
+        build_evaluation_assets,
         build_label_assets,
         build_mllm_assets,
         build_model_assets,
@@ -45,6 +49,7 @@ def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
     specs = model_hub.specs()
     model_assets = build_model_assets(datasets, specs)
     mllm_assets = build_mllm_assets(datasets, specs, question_book(config.questions, str(config.source or "focus.yaml")))
+    evaluation_assets = build_evaluation_assets(datasets, specs)
     data_layer = dg.define_asset_job(
         DATA_LAYER_JOB,
         selection=dg.AssetSelection.assets(dataset_records, harmonise_labels, *mllm_assets[:1]),
@@ -67,13 +72,14 @@ def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
             partitions_def=mllm_assets[1].partitions_def,
             description="Yes/no token probabilities of every selected multimodal LLM (model x dataset).",
         ))
+    jobs += _evaluation_jobs(datasets, evaluation_assets)
     observe = dg.define_asset_job(
         OBSERVE_JOB,
         selection=dg.AssetSelection.assets(dataset_release.key),
         description="Fingerprint every registered dataset on disk (its release version).",
     )
     return dg.Definitions(
-        assets=[dataset_release, dataset_records, harmonise_labels, *model_assets, *mllm_assets],
+        assets=[dataset_release, dataset_records, harmonise_labels, *model_assets, *mllm_assets, *evaluation_assets],
         asset_checks=[*build_record_checks(dataset_records, datasets), *build_label_checks(datasets)],
         jobs=[*jobs, observe],
         schedules=[
@@ -104,6 +110,26 @@ def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
             ),
         },
     )
+
+
+def _evaluation_jobs(datasets: dg.StaticPartitionsDefinition, assets: list) -> list:
+    """Probes (model x dataset), predictions + metrics (dataset), and the aggregates (unpartitioned)."""
+    by_name = {asset.key.to_user_string(): asset for asset in assets}
+    jobs = []
+    if "probe_predictions" in by_name:
+        probes = by_name["probe_predictions"]
+        jobs.append(dg.define_asset_job(PROBES_JOB, selection=dg.AssetSelection.assets(probes),
+                                        partitions_def=probes.partitions_def,
+                                        description="Linear probes of every selected encoder (model x dataset)."))
+    jobs.append(dg.define_asset_job(
+        EVALUATION_JOB, selection=dg.AssetSelection.assets(by_name["predictions"], by_name["metrics"]),
+        partitions_def=datasets,
+        description="The per-sample predictions table and the metric tables of one dataset.",
+    ))
+    summary = [by_name[name] for name in ("cross_dataset_metrics", "leaderboard") if name in by_name]
+    jobs.append(dg.define_asset_job(SUMMARY_JOB, selection=dg.AssetSelection.assets(*summary),
+                                    description="The cross-dataset matrix and the leaderboard over every dataset."))
+    return jobs
 
 
 defs = build_definitions()

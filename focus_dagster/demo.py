@@ -24,6 +24,8 @@ def run_demo() -> int:
         DATA_LAYER_JOB,
         EMBEDDINGS_JOB,
         OBSERVE_JOB,
+        PROBES_JOB,
+        SUMMARY_JOB,
         TOKEN_PROBABILITIES_JOB,
         ZERO_SHOT_JOB,
         build_definitions,
@@ -31,7 +33,7 @@ def run_demo() -> int:
 
     config = load_config()
     dagster_home = prepare_dagster_home(config)
-    started = time.perf_counter()
+    started, wall_started = time.perf_counter(), time.time()
     print(f"focus demo: {len(config.dataset_keys)} dataset(s), FOCUS_HOME {config.home}")
     if any(config.is_synthetic(k) for k in config.dataset_keys):
         print(f"  synthetic look-alikes (written on first use): {config.synthetic_dir}")
@@ -54,19 +56,89 @@ def run_demo() -> int:
         job_names = {job.name for job in defs.resolve_all_job_defs()}
         specs = resolve_models(config.models, config.model_cache)
         model_jobs = ((EMBEDDINGS_JOB, "embeddings"), (ZERO_SHOT_JOB, "zero-shot scores"),
-                      (TOKEN_PROBABILITIES_JOB, "yes/no scores"))
+                      (TOKEN_PROBABILITIES_JOB, "yes/no scores"), (PROBES_JOB, "linear probes"))
         for job_name, what in model_jobs:
             if job_name in job_names:
                 failures += _run_model_job(defs.resolve_job_def(job_name), what, config.dataset_keys, instance, specs)
+        failures += _run_evaluation(defs, config.dataset_keys, instance)
+        summary = defs.resolve_job_def(SUMMARY_JOB).execute_in_process(instance=instance, raise_on_error=False,
+                                                                       run_config=QUIET)
+        failures += [] if summary.success else [f"{SUMMARY_JOB}: {_failure_message(summary)}"]
+        overhead = dagster_overhead(instance, since=wall_started)
+    _print_leaderboard(config)
+    print(f"  Dagster overhead: runs took {overhead['run_seconds']:.1f}s, their steps computed for "
+          f"{overhead['step_seconds']:.1f}s: {overhead['overhead']:.0%} orchestration (target <= 30%)")
     print(f"done in {time.perf_counter() - started:.1f}s" + (f"; FAILED: {', '.join(failures)}" if failures else ""))
     print(f"  tables:    {config.database}")
     print("             records.<dataset>, records.quarantine, records.unlisted_images, labels.harmonised, labels.rejects,"
-          "\n             predictions.zero_shot")
+          "\n             predictions.zero_shot, predictions.samples, predictions.unavailable, metrics.values")
     print(f"  artifacts: {config.artifacts}  (labels/<dataset>.parquet, embeddings/<model>/<dataset>.parquet,"
           "\n             questions/<dataset>.parquet, token_probabilities/<model>/<dataset>.parquet)")
     print(f"  instance:  {dagster_home}")
     print(f"  open the UI: make ui   (http://{UI_HOST}:{UI_PORT}, lineage graph and every run above)")
     return 1 if failures else 0
+
+
+def _run_evaluation(defs, datasets: list[str], instance) -> list[str]:
+    """Predictions and metric tables per dataset; one line with the totals."""
+    from focus_dagster.definitions import EVALUATION_JOB
+
+    job, failures, rows = defs.resolve_job_def(EVALUATION_JOB), [], 0
+    for dataset in datasets:
+        result = job.execute_in_process(partition_key=dataset, instance=instance, raise_on_error=False, run_config=QUIET)
+        if not result.success:
+            failures.append(f"evaluation/{dataset}: {_failure_message(result)}")
+            continue
+        rows += sum(meta.get("dagster/row_count", 0) for key, meta in _materialized(result).items() if key == "metrics")
+    print(f"  {'metrics':<16} {'all models and methods':<29} {rows:>6} rows over {len(datasets) - len(failures)} datasets")
+    return failures
+
+
+def _materialized(result) -> dict:
+    return {
+        e.asset_key.to_user_string(): {k: v.value for k, v in e.event_specific_data.materialization.metadata.items()}
+        for e in result.all_events
+        if e.event_type_value == "ASSET_MATERIALIZATION"
+    }
+
+
+def dagster_overhead(instance, since: float = 0.0) -> dict:
+    """Wall time of the runs started since `since` (epoch seconds) vs the summed time of their steps."""
+    run_seconds = step_seconds = 0.0
+    for run in instance.get_runs():
+        stats = instance.get_run_stats(run.run_id)
+        if stats.start_time is None or stats.end_time is None or stats.start_time < since:
+            continue
+        run_seconds += stats.end_time - stats.start_time
+        step_seconds += sum((s.end_time or 0) - (s.start_time or 0) for s in instance.get_run_step_stats(run.run_id)
+                            if s.start_time and s.end_time)
+    overhead = 1 - step_seconds / run_seconds if run_seconds else 0.0
+    return {"run_seconds": run_seconds, "step_seconds": step_seconds, "overhead": overhead}
+
+
+def _print_leaderboard(config) -> None:
+    """The best configuration per method and task, and one trace command to try."""
+    import duckdb
+
+    if not config.database.exists():
+        return
+    with duckdb.connect(str(config.database), read_only=True) as con:
+        try:
+            best = con.execute(
+                "SELECT method, task, model, dataset, coalesce(train_dataset, '') AS trained_on, value, ci_low, ci_high, "
+                "metric_id FROM metrics.values WHERE metric = 'auroc' AND \"group\" = '' AND value IS NOT NULL "
+                "QUALIFY row_number() OVER (PARTITION BY method, task ORDER BY value DESC) = 1 ORDER BY method, task"
+            ).df()
+        except duckdb.Error:
+            return
+    if best.empty:
+        return
+    print("  leaderboard (best test AUROC per method and task; pipeline-check models test plumbing only):")
+    for row in best.itertuples():
+        trained = f" trained on {row.trained_on}" if row.trained_on and row.trained_on != row.dataset else ""
+        print(f"    {row.method:<13} {row.task:<13} {row.value:.3f} ({row.ci_low:.3f}-{row.ci_high:.3f})  "
+              f"{row.model} on {row.dataset}{trained}  {row.metric_id}")
+    print(f"  trace any number: .venv/bin/focus trace {best['metric_id'].iloc[0]}   (--json for machines)")
 
 
 def _records_line(result, key: str) -> str:

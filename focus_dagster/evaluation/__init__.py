@@ -1,0 +1,1 @@
+"""Evaluation: linear probes, metrics with bootstrap intervals, fairness and image-quality analyses."""

@@ -1,0 +1,182 @@
+"""The evaluation graph materialised in-process: predictions, metric tables with lineage, trace, refresh."""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import duckdb
+import pandas as pd
+import pytest
+
+from focus_dagster.config import FocusConfig
+from focus_dagster.definitions import (
+    DATA_LAYER_JOB,
+    EMBEDDINGS_JOB,
+    EVALUATION_JOB,
+    OBSERVE_JOB,
+    PROBES_JOB,
+    SUMMARY_JOB,
+    TOKEN_PROBABILITIES_JOB,
+    ZERO_SHOT_JOB,
+    build_definitions,
+)
+from tests.conftest import copy_tree
+
+DATASETS = ("brset", "papila", "idrid")
+MODELS = {EMBEDDINGS_JOB: ("tiny_vit", "tiny_clip"), ZERO_SHOT_JOB: ("tiny_clip",),
+          TOKEN_PROBABILITIES_JOB: ("tiny_llava",), PROBES_JOB: ("tiny_vit", "tiny_clip")}
+FAST = {"ops": {"metrics": {"config": {"n_resamples": 100}}}}
+
+
+def run_everything(defs, instance, datasets=DATASETS):
+    defs.resolve_job_def(OBSERVE_JOB).execute_in_process(instance=instance)
+    for dataset in datasets:
+        defs.resolve_job_def(DATA_LAYER_JOB).execute_in_process(partition_key=dataset, instance=instance,
+                                                                raise_on_error=False)
+    for job, models in MODELS.items():
+        for model in models:
+            for dataset in datasets:
+                key = dg.MultiPartitionKey({"model": model, "dataset": dataset})
+                defs.resolve_job_def(job).execute_in_process(partition_key=key, instance=instance, raise_on_error=False)
+    for dataset in datasets:
+        assert defs.resolve_job_def(EVALUATION_JOB).execute_in_process(partition_key=dataset, instance=instance,
+                                                                       run_config=FAST).success
+    summary = {"ops": {"cross_dataset_metrics": {"config": {"n_resamples": 100}}}}
+    assert defs.resolve_job_def(SUMMARY_JOB).execute_in_process(instance=instance, run_config=summary).success
+
+
+@pytest.fixture(scope="module")
+def world(synth_all, tmp_path_factory):
+    import shutil
+
+    from focus_dagster.cli import REPO_ROOT
+
+    out, _ = synth_all
+    tmp = tmp_path_factory.mktemp("evaluation")
+    config = FocusConfig(home=tmp / "home", roots={d: copy_tree(out / d, tmp / d) for d in DATASETS},
+                         models=("tiny_vit", "tiny_clip", "tiny_llava"))
+    defs = build_definitions(config)
+    config.dagster_home.mkdir(parents=True)  # a persistent instance, as `focus demo` uses, for `focus trace`
+    shutil.copyfile(REPO_ROOT / "dagster.yaml", config.dagster_home / "dagster.yaml")
+    instance = dg.DagsterInstance.from_config(str(config.dagster_home))
+    run_everything(defs, instance)
+    yield config, defs, instance
+    instance.dispose()
+
+
+def table(config, sql: str) -> pd.DataFrame:
+    with duckdb.connect(str(config.database), read_only=True) as con:
+        return con.execute(sql).df()
+
+
+def test_predictions_hold_every_method_with_labels_and_lineage(world):
+    config, _, _ = world
+    samples = table(config, "SELECT * FROM predictions.samples")
+    assert set(samples["method"]) == {"linear_probe", "zero_shot", "yes_no"}
+    in_domain = samples[samples["partition"] != "cross"]
+    for column in ("release_version", "labels_version", "weights_sha256", "source_run_id", "code_version", "run_id",
+                   "predictions_version"):
+        assert in_domain[column].notna().all(), column
+    yes_no = samples[samples["method"] == "yes_no"]
+    assert yes_no["score_reference"].notna().all() and (yes_no["score_reference"] <= 1).all()
+    probes = samples[samples["method"] == "linear_probe"]
+    assert (probes["split"] == "test").all()
+    cross = samples[samples["partition"] == "cross"]
+    assert len(cross) and (cross["train_dataset"] != cross["dataset"]).all()
+
+
+def test_metric_rows_carry_ids_intervals_reasons_and_lineage(world):
+    config, _, _ = world
+    metrics = table(config, "SELECT * FROM metrics.values")
+    assert metrics["metric_id"].is_unique
+    assert set(metrics["axis"]) == {"performance", "calibration", "fairness", "quality"}
+    defined = metrics[metrics["value"].notna()]
+    assert ((defined["ci_low"].isna()) | (defined["ci_low"] <= defined["value"] + 1e-9)).all()
+    assert metrics.loc[metrics["value"].isna(), "reason"].notna().all()  # nothing undefined without a reason
+    no_sex = metrics[(metrics["dataset"] == "idrid") & (metrics["axis"] == "fairness")]
+    assert no_sex["reason"].str.startswith("metadata_coverage").all()  # IDRiD has no demographics
+    assert metrics[metrics["partition"] != "cross"]["weights_sha256"].notna().all()
+
+
+def test_focus_trace_resolves_a_metric_to_the_files(world, monkeypatch, capsys):
+    from focus_dagster.cli import main
+
+    config, _, _ = world
+    monkeypatch.setenv("FOCUS_HOME", str(config.home))
+    monkeypatch.setenv("FOCUS_CONFIG", "")
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.setattr("focus_dagster.config.load_config", lambda environ=None: config)
+    row = table(config, "SELECT metric_id FROM metrics.values WHERE method = 'yes_no' AND metric = 'auroc' "
+                        "AND dataset = 'brset' AND task = 'any_dr'")
+    assert main(["trace", row["metric_id"].iloc[0], "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    links = {link["link"] + ":" + link["asset"]: link for link in result["chain"]}
+    assert links["model output:token_probabilities"]["weights_sha256"]
+    assert links["labels:harmonised_labels"]["label_rule"] == "brset.icdr"
+    assert links["dataset release:dataset_release"]["root"].endswith("brset")
+    assert [link["asset"] for link in result["chain"] if not link.get("current", True)] == []
+    assert main(["trace", row["metric_id"].iloc[0]]) == 0
+    assert "<- dataset release: dataset_release [brset]" in capsys.readouterr().out
+    assert main(["trace", "m-0000000000000000"]) == 2
+    assert "not in metrics.values" in capsys.readouterr().err
+
+
+def test_a_blocked_upstream_gives_no_rows_and_a_reason(synth_all, tmp_path):
+    """Leaking questions block token_probabilities for brset: no yes/no rows, the reason is recorded."""
+    out, _ = synth_all
+    leaky = {"version": "leaky-1", "datasets": {"brset": {"gon": "macular_edema {macular_edema}: glaucoma?"}}}
+    config = FocusConfig(home=tmp_path / "home", roots={"brset": copy_tree(out / "brset", tmp_path / "brset")},
+                         models=("tiny_llava",), questions=leaky)
+    defs = build_definitions(config)
+    instance = dg.DagsterInstance.ephemeral()
+    defs.resolve_job_def(DATA_LAYER_JOB).execute_in_process(partition_key="brset", instance=instance,
+                                                            raise_on_error=False)
+    key = dg.MultiPartitionKey({"model": "tiny_llava", "dataset": "brset"})
+    assert not defs.resolve_job_def(TOKEN_PROBABILITIES_JOB).execute_in_process(
+        partition_key=key, instance=instance, raise_on_error=False).success
+    assert defs.resolve_job_def(EVALUATION_JOB).execute_in_process(partition_key="brset", instance=instance,
+                                                                   run_config=FAST).success
+    unavailable = table(config, "SELECT * FROM predictions.unavailable")
+    assert unavailable[["model", "method"]].values.tolist() == [["tiny_llava", "yes_no"]]
+    assert "not materialised" in unavailable["reason"].iloc[0]
+    assert table(config, "SELECT count(*) AS n FROM metrics.values")["n"].iloc[0] == 0
+
+
+def test_changing_one_dataset_refreshes_only_its_partitions_and_the_aggregates(world):
+    """Edit PAPILA's label file, then tick the automation and run what it asks for until it asks for nothing:
+    every request is a papila partition or an aggregate, and the chain reaches the metrics."""
+    config, defs, instance = world
+    cursor = dg.evaluate_automation_conditions(defs=defs, instance=instance).cursor
+    images = sorted((config.root_of("papila") / "FundusImages").glob("*.jpg"))
+    (images[0].parent / "RET999OD.jpg").write_bytes(images[0].read_bytes())  # a new image: a new release
+    defs.resolve_job_def(OBSERVE_JOB).execute_in_process(instance=instance)
+    job = defs.resolve_implicit_global_asset_job_def()
+    requested: dict[str, set] = {}
+    for _ in range(12):
+        result = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
+        cursor = result.cursor
+        asks = {key: result.get_requested_partitions(key) for key in defs.resolve_all_asset_keys()
+                if result.get_num_requested(key)}
+        if not asks:
+            break
+        by_partition: dict = {}
+        for key, partitions in asks.items():
+            requested.setdefault(key.to_user_string(), set()).update(str(p) for p in partitions)
+            for partition in partitions:
+                shape = repr(defs.resolve_assets_def(key).partitions_def)
+                by_partition.setdefault((shape, partition), []).append(key)
+        for (_, partition), keys in by_partition.items():  # a multi-asset's outputs run together
+            job.execute_in_process(instance=instance, asset_selection=keys, partition_key=partition,
+                                   raise_on_error=False, run_config=_fast_config(keys))
+    aggregates = {"cross_dataset_metrics", "leaderboard"}
+    for asset, partitions in requested.items():
+        if asset not in aggregates:
+            assert all("papila" in p for p in partitions), (asset, partitions)
+    assert {"dataset_records", "harmonised_labels", "image_embeddings", "predictions", "metrics"} <= set(requested)
+    assert aggregates <= set(requested)
+
+
+def _fast_config(keys):
+    names = {key.to_user_string() for key in keys} & {"metrics", "cross_dataset_metrics"}
+    return {"ops": {name: {"config": {"n_resamples": 100}} for name in names}}

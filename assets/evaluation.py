@@ -20,6 +20,7 @@ from assets.models import (
     embeddings_path,
     model_keys,
     model_partitions,
+    same_model_and_dataset,
 )
 from focus_dagster.evaluation import predictions as P
 from focus_dagster.evaluation.probes import PROBE_METHOD
@@ -92,14 +93,9 @@ def probe_scores_path(model: str, dataset: str) -> str:
 
 
 def _probe_asset(partitions: dg.MultiPartitionsDefinition):
-    identity = dg.MultiPartitionMapping({
-        "dataset": dg.DimensionPartitionMapping("dataset", dg.IdentityPartitionMapping()),
-        "model": dg.DimensionPartitionMapping("model", dg.IdentityPartitionMapping()),
-    })
-
     @dg.asset(
         partitions_def=partitions,
-        deps=[dg.AssetDep("image_embeddings", partition_mapping=identity)],
+        deps=[dg.AssetDep("image_embeddings", partition_mapping=same_model_and_dataset())],
         group_name=EVALUATION_GROUP,
         kinds={"scikitlearn", "parquet"},
         automation_condition=GATED_EAGER,

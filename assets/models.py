@@ -81,17 +81,18 @@ def build_model_assets(datasets: dg.StaticPartitionsDefinition, specs: dict) -> 
     return assets
 
 
-def _zero_shot_asset(partitions: dg.MultiPartitionsDefinition):
-    identity = dg.MultiPartitionMapping(
-        {
-            "dataset": dg.DimensionPartitionMapping("dataset", dg.IdentityPartitionMapping()),
-            "model": dg.DimensionPartitionMapping("model", dg.IdentityPartitionMapping()),
-        }
-    )
+def same_model_and_dataset() -> dg.MultiPartitionMapping:
+    """model x dataset -> the same model x dataset of an upstream whose models are a superset."""
+    return dg.MultiPartitionMapping({
+        "dataset": dg.DimensionPartitionMapping("dataset", dg.IdentityPartitionMapping()),
+        "model": dg.DimensionPartitionMapping("model", dg.IdentityPartitionMapping()),
+    })
 
+
+def _zero_shot_asset(partitions: dg.MultiPartitionsDefinition):
     @dg.asset(
         partitions_def=partitions,
-        deps=[dg.AssetDep("image_embeddings", partition_mapping=identity)],
+        deps=[dg.AssetDep("image_embeddings", partition_mapping=same_model_and_dataset())],
         group_name=MODEL_GROUP,
         pool="duckdb",
         kinds={"pytorch", "duckdb"},

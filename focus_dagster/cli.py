@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     synth = sub.add_parser("synth", help="write synthetic look-alikes of the datasets in their published layouts")
     synth.add_argument("--out", required=True, type=Path, help="folder to write <key>/ dataset roots into")
     synth.add_argument("--datasets", nargs="+", metavar="KEY", help="dataset keys (default: all ten)")
-    synth.add_argument("--per-dataset", type=int, default=None, help="images per dataset (default 120)")
+    synth.add_argument("--per-dataset", type=int, default=None, help="images per dataset (default 80)")
     synth.add_argument("--seed", type=int, default=0)
     size = synth.add_mutually_exclusive_group()
     size.add_argument("--scale", type=float, default=None, help="fraction of the published resolution (default 0.125)")
@@ -171,7 +171,7 @@ def cmd_models(args) -> int:
     print(f"{'model':<28} {'iface':<5} {'domain':<14} {'family':<18} {'selected':<8} weights")
     for spec in specs:
         available, where = weights_available(spec)
-        built_in = spec.family in ("tiny_vit", "tiny_clip")
+        built_in = spec.family in ("tiny_vit", "tiny_clip", "tiny_llava")
         state = "built on first use" if built_in else ("here: " if available else "MISSING: ") + where
         print(f"{spec.id:<28} {spec.interface:<5} {spec.domain:<14} {spec.family:<18} "
               f"{'yes' if spec.id in selected else '':<8} {state}")

@@ -7,7 +7,7 @@ FOCUS_CONFIG) maps dataset keys to the local roots of real copies:
     datasets:
       brset: /data/physionet/brset      # the folder holding labels.csv and fundus_photos/
       idrid: synthetic                  # the embedded look-alike for this one
-    synthetic: {per_dataset: 120, seed: 0, scale: 0.125}
+    synthetic: {per_dataset: 80, seed: 0, scale: 0.125}
     release: {observe_cron: "0 3 * * *", content_hash: false}
     splits: {dir: /data/focus-splits, seed: 0}   # published labels_splits_<dataset>.csv files (optional)
     models: [efficientnet_lite0, {id: medgemma_4b, path: /weights/medgemma-4b-it}]
@@ -42,7 +42,7 @@ _SPLITS_KEYS = {"dir", "seed"}
 
 @dataclass(frozen=True)
 class SyntheticSettings:
-    per_dataset: int = 120
+    per_dataset: int = 80
     seed: int = 0
     scale: float = 0.125
 

@@ -22,6 +22,7 @@ EMBEDDINGS_JOB = "focus_image_embeddings"
 ZERO_SHOT_JOB = "focus_zero_shot_scores"
 TOKEN_PROBABILITIES_JOB = "focus_token_probabilities"
 PROBES_JOB = "focus_linear_probes"
+ENCODER_JOB = "focus_encoder_outputs"
 EVALUATION_JOB = "focus_evaluation"
 SUMMARY_JOB = "focus_cross_dataset_and_leaderboard"
 OBSERVE_JOB = "observe_dataset_releases"
@@ -121,6 +122,11 @@ def _evaluation_jobs(datasets: dg.StaticPartitionsDefinition, assets: list) -> l
         jobs.append(dg.define_asset_job(PROBES_JOB, selection=dg.AssetSelection.assets(probes),
                                         partitions_def=probes.partitions_def,
                                         description="Linear probes of every selected encoder (model x dataset)."))
+        jobs.append(dg.define_asset_job(
+            ENCODER_JOB, selection=dg.AssetSelection.assets("image_embeddings", probes),
+            partitions_def=probes.partitions_def,
+            description="Embeddings and linear probes of one encoder on one dataset, in one run.",
+        ))
     jobs.append(dg.define_asset_job(
         EVALUATION_JOB, selection=dg.AssetSelection.assets(by_name["predictions"], by_name["metrics"]),
         partitions_def=datasets,

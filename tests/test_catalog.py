@@ -77,7 +77,7 @@ def test_flair_contamination():
 
 
 def test_defaults():
-    assert DEFAULT_MODELS == ("efficientnet_lite0", "tiny_vit", "tiny_clip", "tiny_llava")
+    assert DEFAULT_MODELS == ("efficientnet_lite0", "tiny_clip", "tiny_llava")
     assert (CATALOG["efficientnet_lite0"].interface, CATALOG["efficientnet_lite0"].domain) == ("vm", "general")
     assert CATALOG["tiny_vit"].is_pipeline_check and CATALOG["tiny_vit"].interface == "vm"
     assert CATALOG["tiny_clip"].is_pipeline_check and CATALOG["tiny_clip"].interface == "vlm"
@@ -125,4 +125,4 @@ def test_catalog_rows(tmp_path):
     assert [row["id"] for row in rows] == list(CATALOG)
     assert set(rows[0]) == {"id", "interface", "domain", "family", "source", "available", "where"}
     available = {row["id"] for row in rows if row["available"]}
-    assert available == set(DEFAULT_MODELS)
+    assert available == set(DEFAULT_MODELS) | {"tiny_vit"}  # built in: generated on first use

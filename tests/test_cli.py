@@ -75,4 +75,4 @@ def test_models_lists_the_catalog_with_availability(monkeypatch, tmp_path, capsy
     assert "yes" in lines["efficientnet_lite0"] and "here" in lines["efficientnet_lite0"]
     assert "built on first use" in lines["tiny_clip"]
     assert main(["models", "--selected"]) == 0
-    assert len(capsys.readouterr().out.splitlines()) == 1 + 4  # the default models
+    assert len(capsys.readouterr().out.splitlines()) == 1 + 3  # the default models

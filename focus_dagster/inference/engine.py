@@ -70,7 +70,13 @@ def default_batch_size(device: str) -> int:
     return 128 if device.startswith("cuda") else 32
 
 
-def default_workers() -> int:
+SMALL_RUN = 256  # images: below this, starting decoder processes costs more than decoding in the main one
+
+
+def default_workers(n_images: int | None = None) -> int:
+    """Decoder processes: one per core (up to 16), none for a small run."""
+    if n_images is not None and n_images < SMALL_RUN:
+        return 0
     return max(1, min(16, (os.cpu_count() or 2)))
 
 
@@ -127,7 +133,7 @@ def embed_images(
     device = pick_device(device)
     shard_size = shard_size or SHARD_SIZE
     batch_size = batch_size or default_batch_size(device)
-    num_workers = default_workers() if num_workers is None else num_workers
+    num_workers = default_workers(len(items)) if num_workers is None else num_workers
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     shards = [list(items[i : i + shard_size]) for i in range(0, len(items), shard_size)]

@@ -169,7 +169,8 @@ BUILTIN_DEFAULTS = (
 )
 
 CATALOG: dict[str, ModelSpec] = {spec.id: spec for spec in REFERENCE_GRID + BUILTIN_DEFAULTS}
-DEFAULT_MODELS = ("efficientnet_lite0", "tiny_vit", "tiny_clip", "tiny_llava")
+# One model per interface (the seeded tiny ViT stays selectable: `models: [tiny_vit]`).
+DEFAULT_MODELS = ("efficientnet_lite0", "tiny_clip", "tiny_llava")
 # Models whose weights ship with the code or are generated on first use: always available.
 BUILTIN_FAMILIES = ("efficientnet_lite0", "tiny_vit", "tiny_clip", "tiny_llava")
 

@@ -28,7 +28,7 @@ from focus_dagster.synthetic.common import (
     render_jobs,
 )
 
-DEFAULT_PER_DATASET = 120
+DEFAULT_PER_DATASET = 80
 MANIFEST_NAME = ".focus-synthetic.json"
 
 PLANTED_EFFECTS = {

@@ -76,7 +76,7 @@ def build_evaluation_assets(datasets: dg.StaticPartitionsDefinition, specs: dict
     assets.append(_predictions_asset(datasets, specs))
     assets.append(_metrics_asset(datasets))
     if encoders:
-        assets.append(_cross_dataset_asset(specs, encoders))
+        assets.append(_cross_dataset_asset(specs, encoders, datasets.get_partition_keys()))
     assets.append(_leaderboard_asset(bool(encoders)))
     return assets
 
@@ -335,7 +335,7 @@ def metrics_metadata(table: pd.DataFrame, coverage: dict) -> dict:
 # ------------------------------------------------------------------------------------------ cross-dataset
 
 
-def _cross_dataset_asset(specs: dict, encoders: list[str]):
+def _cross_dataset_asset(specs: dict, encoders: list[str], registered: list[str]):
     @dg.asset(
         deps=["probe_predictions", "image_embeddings", "harmonised_labels"],
         group_name=EVALUATION_GROUP,
@@ -348,7 +348,7 @@ def _cross_dataset_asset(specs: dict, encoders: list[str]):
         from focus_dagster.evaluation.probes import cross_dataset_scores, load_probes
         from focus_dagster.evaluation.tables import Settings, metric_rows
 
-        datasets = [p.stem for p in storage.artifact_path("labels").glob("*.parquet")]
+        datasets = [d for d in registered if storage.artifact_path(labels_export(d)).exists()]
         labels = {d: pd.read_parquet(storage.artifact_path(labels_export(d))) for d in datasets}
         parts, lineage = [], {d: _dataset_lineage(context.instance, d) for d in datasets}
         for model in encoders:

@@ -163,7 +163,7 @@ def format_trace(result: dict) -> str:
         state = "" if link.get("current", True) else "  [STALE: a newer event exists upstream]"
         lines.append(f"  <- {link['link']}: {link['asset']} [{link['partition']}]{state}")
         for key, value in link.items():
-            if key in ("link", "asset", "partition", "current") or value in (None, {}, []):
+            if key in ("link", "asset", "partition", "current") or value in (None, {}, [], ""):
                 continue
             if key == "run":
                 value = f"{value.get('run_id')} ({value.get('job', '?')}, {value.get('status', '?')})"

@@ -87,9 +87,6 @@ class QuestionBook:
     def for_dataset(self, dataset: str, tasks) -> list[Question]:
         return [self.question(task, dataset) for task in tasks]
 
-    def as_dict(self) -> dict:
-        return {"version": self.version, "tasks": dict(self.tasks), "datasets": {k: dict(v) for k, v in self.datasets.items()}}
-
 
 def make_question(question_id: str, task: str, text: str) -> Question:
     """A Question with its placeholders parsed; a malformed template is an error naming the question."""

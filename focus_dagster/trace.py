@@ -63,22 +63,14 @@ def _missing(value) -> bool:
         return False
 
 
-def _latest(instance, asset: str, partition: str | None, observation: bool = False):
-    import dagster as dg
+def _latest(instance, asset: str, partition: str | None, observation: bool = False) -> dict:
+    """The latest materialisation (or observation) of an asset partition as plain data; {} when there is none."""
+    from assets.lineage import latest_materialization, latest_observation
 
-    records_filter = dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition] if partition else None)
-    fetch = instance.fetch_observations if observation else instance.fetch_materializations
-    records = fetch(records_filter, limit=1).records
-    if not records:
-        return None
-    event = records[0].asset_observation if observation else records[0].asset_materialization
-    metadata = {k: _plain(v.value) for k, v in (event.metadata or {}).items()}
-    return {"run_id": records[0].run_id, "data_version": (event.tags or {}).get("dagster/data_version"),
-            "metadata": metadata}
-
-
-def _plain(value):
-    return value if isinstance(value, (str, int, float, bool, list, dict, type(None))) else str(value)
+    produced = (latest_observation if observation else latest_materialization)(instance, asset, partition)
+    if produced is None:
+        return {}
+    return {"run_id": produced.run_id, "data_version": produced.data_version, "metadata": produced.metadata}
 
 
 def _run(instance, run_id: str | None) -> dict:
@@ -114,11 +106,11 @@ def _model_links(row: dict, instance) -> list[dict]:
     for asset in _model_assets(row):
         partition = dataset if asset == "yes_no_questions" else f"{dataset}|{row['model']}"
         latest = _latest(instance, asset, partition)
-        meta = (latest or {}).get("metadata", {})
+        meta = latest.get("metadata", {})
         audit = meta.get("checkpoint_audit") if isinstance(meta.get("checkpoint_audit"), dict) else {}
         links.append({
             "link": "model output", "asset": asset, "partition": partition,
-            "run": _run(instance, (latest or {}).get("run_id")),
+            "run": _run(instance, latest.get("run_id")),
             "weights_sha256": meta.get("weights_sha256") or audit.get("weights_sha256"),
             "checkpoint_audit": {k: audit.get(k) for k in ("clean", "matched", "model_tensors", "missing_count",
                                                              "unexpected_count", "checkpoint") if k in audit},
@@ -137,7 +129,7 @@ def _model_assets(row: dict) -> list[str]:
 
 
 def _labels_link(row: dict, instance) -> dict:
-    latest = _latest(instance, "harmonised_labels", row["dataset"]) or {}
+    latest = _latest(instance, "harmonised_labels", row["dataset"])
     meta = latest.get("metadata", {})
     version = meta.get("export_sha256") or latest.get("data_version")
     return {"link": "labels", "asset": "harmonised_labels", "partition": row["dataset"],
@@ -147,7 +139,7 @@ def _labels_link(row: dict, instance) -> dict:
 
 
 def _release_link(row: dict, instance) -> dict:
-    latest = _latest(instance, "dataset_release", row["dataset"], observation=True) or {}
+    latest = _latest(instance, "dataset_release", row["dataset"], observation=True)
     meta = latest.get("metadata", {})
     return {"link": "dataset release", "asset": "dataset_release", "partition": row["dataset"],
             "fingerprint": latest.get("data_version"), "root": meta.get("root"), "label_files": meta.get("label_files"),

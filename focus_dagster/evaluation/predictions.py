@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from focus_dagster.errors import FocusError
+from focus_dagster.labels import TASKS
 
 KEY_COLUMNS = ["dataset", "image_id", "task", "model", "interface", "method", "train_dataset"]
 PREDICTION_COLUMNS = [*KEY_COLUMNS, "score", "score_reference", "threshold", "label", "split"]
@@ -48,8 +49,8 @@ def with_labels(scores: pd.DataFrame, labels: pd.DataFrame, source: str) -> pd.D
             f"{labels['dataset'].iloc[0] if len(labels) else 'this dataset'} (e.g. {unknown[:5]}). The model output "
             "is stale or from another dataset: rematerialise it from the current labels."
         )
-    long = labels.melt(id_vars=["image_id", "split"], value_vars=[c for c in ("any_dr", "referable_dr", "gon")
-                                                                   if c in labels], var_name="task", value_name="label")
+    tasks = [task for task in TASKS if task in labels]
+    long = labels.melt(id_vars=["image_id", "split"], value_vars=tasks, var_name="task", value_name="label")
     long = long[long["label"].notna()]
     merged = scores.drop(columns=[c for c in ("label", "split") if c in scores]).merge(
         long, on=["image_id", "task"], how="inner")

@@ -101,27 +101,23 @@ def _interval_row(config: dict, axis: str, metric: str, interval, n: int, n_pos:
 
 
 def group_replicates(y: np.ndarray, s: np.ndarray, settings: Settings, threshold: float = 0.5) -> dict:
-    """Point values and bootstrap replicates of every group metric for one group of images."""
-    from focus_dagster.evaluation.bootstrap import bootstrap, resample_indices
+    """Point values (with reasons) and bootstrap replicates of every group metric for one group of images,
+    all replicates computed on one set of resamples."""
+    from focus_dagster.evaluation.bootstrap import replicates_many, resample_indices
+    from focus_dagster.evaluation.metrics import call_metric
 
-    intervals = bootstrap(y, s, metrics=("accuracy", "sensitivity", "specificity", "auroc", "ece"),
-                          n_resamples=settings.n_resamples, seed=settings.seed, threshold=threshold)
     idx = resample_indices(y, settings.n_resamples, settings.seed)
+    names = {"accuracy": "accuracy", "tpr": "sensitivity", "specificity": "specificity", "auroc": "auroc", "ece": "ece"}
+    replicates = replicates_many(tuple(names.values()), y, s, idx, threshold=threshold)
+    out = {}
+    for key, name in names.items():
+        point = call_metric(name, y, s, threshold=threshold)
+        out[key] = (point.value, point.reason, replicates[name])
     predicted = (s >= threshold).astype(float)
-    out = {
-        "positive_rate": (float(predicted.mean()) if len(y) else None, None, predicted[idx].mean(axis=1)),
-        "accuracy": _as_triple(intervals["accuracy"]),
-        "tpr": _as_triple(intervals["sensitivity"]),
-        "auroc": _as_triple(intervals["auroc"]),
-        "ece": _as_triple(intervals["ece"]),
-    }
-    specificity = _as_triple(intervals["specificity"])
+    out["positive_rate"] = (float(predicted.mean()) if len(y) else None, None, predicted[idx].mean(axis=1))
+    specificity = out.pop("specificity")
     out["fpr"] = (None if specificity[0] is None else 1.0 - specificity[0], specificity[1], 1.0 - specificity[2])
-    return out
-
-
-def _as_triple(interval):
-    return interval.point.value, interval.point.reason, np.asarray(interval.replicates, dtype=float)
+    return {metric: out[metric] for metric in GROUP_METRICS}
 
 
 def group_rows(config: dict, axis: str, attribute: str, frame: pd.DataFrame, groups: pd.Series, settings: Settings,

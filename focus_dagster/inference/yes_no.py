@@ -113,15 +113,6 @@ def first_token_values(logits, tokens: AnswerTokens):
     return values, logits.argmax(dim=-1)
 
 
-def score_from(values) -> list[float]:
-    """p_yes / (p_yes + p_no) per row; NaN when the model gives both no mass at all."""
-    out = []
-    for p_yes, p_no in values:
-        total = float(p_yes) + float(p_no)
-        out.append(float(p_yes) / total if total > 0 else math.nan)
-    return out
-
-
 @dataclass
 class YesNoScorer:
     """Scores batches of images against one question per task with one loaded model.

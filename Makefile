@@ -19,7 +19,9 @@ $(INSTALLED): pyproject.toml requirements.lock
 demo: $(INSTALLED)
 	$(BIN)/focus demo
 
+# The layering contracts (pyproject.toml, [tool.importlinter]) first: a broken layer fails in seconds.
 test: $(INSTALLED)
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest
 
 ui: $(INSTALLED)

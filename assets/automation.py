@@ -18,3 +18,16 @@ RELEASE_CHANGED = (
 GATED_EAGER = (
     dg.AutomationCondition.eager() & dg.AutomationCondition.all_deps_blocking_checks_passed()
 ).with_label("inputs updated and their blocking checks passed")
+
+
+def definitions() -> dg.Definitions:
+    """The sensor that evaluates the conditions above on every asset of the graph."""
+    refresh = dg.AutomationConditionSensorDefinition(
+        "focus_refresh",
+        target=dg.AssetSelection.all(),
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        minimum_interval_seconds=60,
+        description="Evaluates the automation conditions: a changed dataset release refreshes its own records "
+        "and, once their blocking checks pass, everything below them.",
+    )
+    return dg.Definitions(sensors=[refresh])

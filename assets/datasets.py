@@ -1,20 +1,42 @@
 """The data layer: dataset releases as observed on disk, and the native records read from them."""
 
-
 import dagster as dg
 import pandas as pd
 
 from assets.automation import RELEASE_CHANGED
+from assets.partitions import Registered
+from checks.records import build_record_checks
 from focus_dagster.datasets import DATASETS, ReadResult
-from resources import DatasetRoots, FocusStorage
+from resources import DatasetRoots, FocusStorage, layout
 
-RECORDS_SCHEMA = "records"
-QUARANTINE_TABLE = "quarantine"
-UNLISTED_TABLE = "unlisted_images"
 DATA_GROUP = "datasets"
+OBSERVE_JOB = "observe_dataset_releases"
 
 
-def build_dataset_assets(partitions: dg.StaticPartitionsDefinition) -> list:
+def definitions(registered: Registered, observe_cron: str) -> dg.Definitions:
+    """The release observations (a job and its schedule), the records and their quarantine check."""
+    dataset_release, dataset_records = _dataset_assets(registered.datasets)
+    observe = dg.define_asset_job(
+        OBSERVE_JOB,
+        selection=dg.AssetSelection.assets(dataset_release.key),
+        description="Fingerprint every registered dataset on disk (its release version).",
+    )
+    schedule = dg.ScheduleDefinition(
+        name="observe_dataset_releases_schedule",
+        job=observe,
+        cron_schedule=observe_cron,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Observe the dataset releases on a cron (release.observe_cron in focus.yaml).",
+    )
+    return dg.Definitions(
+        assets=[dataset_release, dataset_records],
+        asset_checks=build_record_checks(dataset_records, registered.datasets),
+        jobs=[observe],
+        schedules=[schedule],
+    )
+
+
+def _dataset_assets(partitions: dg.StaticPartitionsDefinition) -> list:
     """`dataset_release` and `dataset_records`, partitioned by the registered datasets."""
 
     @dg.observable_source_asset(
@@ -57,8 +79,8 @@ def build_dataset_assets(partitions: dg.StaticPartitionsDefinition) -> list:
             "validated and typed), the image path relative to the dataset root, the patient id where the "
             "dataset has one, the native split where it has one, and the label file and row each record "
             "came from. Rows that cannot be trusted (missing or unreadable image, unknown code, conflicting "
-            "duplicate id, path outside the root) are not dropped: they go to `records.quarantine` with "
-            "their reason, so rows read = rows kept + rows quarantined. Table: `records.<dataset>`."
+            f"duplicate id, path outside the root) are not dropped: they go to `{layout.QUARANTINE}` with "
+            f"their reason, so rows read = rows kept + rows quarantined. Table: `{layout.records_table('<dataset>')}`."
         ),
     )
     def dataset_records(
@@ -67,9 +89,9 @@ def build_dataset_assets(partitions: dg.StaticPartitionsDefinition) -> list:
         key = context.partition_key
         release = datasets.fingerprint(key)
         result = datasets.read(key)
-        table = storage.replace_table(RECORDS_SCHEMA, key, result.records)
-        storage.replace_rows(RECORDS_SCHEMA, QUARANTINE_TABLE, result.quarantine, "dataset", key)
-        storage.replace_rows(RECORDS_SCHEMA, UNLISTED_TABLE, _unlisted_frame(result), "dataset", key)
+        table = storage.replace_table(layout.records_table(key), result.records)
+        storage.replace_partition(layout.QUARANTINE, key, result.quarantine)
+        storage.replace_partition(layout.UNLISTED_IMAGES, key, _unlisted_frame(result))
         context.log.info(result.accounting_line())
         return dg.MaterializeResult(metadata=_records_metadata(result, table, release.version))
 

@@ -1,65 +1,59 @@
 """Evaluation: linear probes, the per-sample predictions table, metric tables and the leaderboard."""
 
-import hashlib
-
 import dagster as dg
 import pandas as pd
 
 from assets.automation import GATED_EAGER
-from assets.labels import labels_export
-from assets.lineage import (
-    code_version,
-    latest_materialization,
-    latest_observation,
-    model_partition,
+from assets.partitions import BY_DATASET, ENCODERS, SAME_MODEL_AND_DATASET, Registered, model_and_dataset
+from focus_dagster.evaluation.predictions import (
+    CONFIG_COLUMNS,
+    empty_predictions,
+    finish,
+    finite_scores,
+    frame_version,
+    train_youden,
+    with_labels,
+    with_lineage,
 )
-from assets.mllm import token_probabilities_path
-from assets.models import (
-    ZERO_SHOT_SCHEMA,
-    ZERO_SHOT_TABLE,
-    embeddings_path,
-    model_keys,
-    model_partitions,
-    same_model_and_dataset,
-)
-from focus_dagster.evaluation import predictions as P
+from focus_dagster.evaluation.leaderboard import cross_matrix_markdown, leaderboard_markdown
 from focus_dagster.evaluation.probes import PROBE_METHOD
-from resources import FocusStorage
+from focus_dagster.instance import latest_materialization, latest_observation
+from focus_dagster.version import code_version
+from resources import FocusStorage, layout
 
 EVALUATION_GROUP = "evaluation"
-PREDICTIONS_SCHEMA, PREDICTIONS_TABLE, UNAVAILABLE_TABLE = "predictions", "samples", "unavailable"
-METRICS_SCHEMA, METRICS_TABLE = "metrics", "values"
-CROSS = "cross"
-LINEAGE_COLUMNS = ["release_version", "labels_version", "model_revision", "weights_sha256", "source_asset",
-                   "source_run_id", "predictions_version", "code_version", "run_id"]
+PROBES_JOB = "focus_linear_probes"
+ENCODER_JOB = "focus_encoder_outputs"
+EVALUATION_JOB = "focus_evaluation"
+SUMMARY_JOB = "focus_cross_dataset_and_leaderboard"
 
 PROBES_DESCRIPTION = (
     "In-domain linear probes of one encoder on one dataset: per task, logistic regression (balanced class weights, "
     "max_iter 1000) on L2-normalised embeddings of the train split, scored on the test split; the Youden threshold "
-    "of the training scores is kept. Probes: `probes/<model>/<dataset>.npz`; scores: "
-    "`probe_predictions/<model>/<dataset>.parquet` (artifact store)."
+    f"of the training scores is kept. Probes: `{layout.PROBES.file('<model>', '<dataset>')}`; scores: "
+    f"`{layout.PROBE_SCORES.file('<model>', '<dataset>')}` (artifact store)."
 )
 PREDICTIONS_DESCRIPTION = (
-    "One per-sample table for every interface and method on one dataset (DuckDB `predictions.samples`): linear "
+    f"One per-sample table for every interface and method on one dataset (DuckDB `{layout.SAMPLES}`): linear "
     "probe, zero-shot and yes/no rows with score, reference-form score, Youden threshold, label, split, and the "
     "lineage of each row (dataset release, labels version, model revision and weights hash, the run that produced "
     "the model output, code version). Rows with non-finite scores are rejected and counted; a configuration whose "
-    "upstream is missing or blocked gets no rows and a reason in `predictions.unavailable`."
+    f"upstream is missing or blocked gets no rows and a reason in `{layout.UNAVAILABLE}`."
 )
 METRICS_DESCRIPTION = (
-    "Metric table of one dataset (DuckDB `metrics.values`, one row per number): performance, calibration, "
+    f"Metric table of one dataset (DuckDB `{layout.METRICS}`, one row per number): performance, calibration, "
     "fairness (sex, age, camera, only where metadata_coverage finds the attribute) and image quality, each with a "
     "95% stratified bootstrap interval, n, n_pos, a reason where undefined, the lineage of its predictions, and a "
     "stable `metric_id` that `focus trace` resolves."
 )
 CROSS_DESCRIPTION = (
     "The cross-dataset matrix: every in-domain probe trained on dataset A scored on the test split of every other "
-    "dataset B that has the task; predictions in `predictions.samples` and performance / calibration rows in "
-    "`metrics.values` (partition 'cross')."
+    f"dataset B that has the task; predictions in `{layout.SAMPLES}` and performance / calibration rows in "
+    f"`{layout.METRICS}` (partition '{layout.CROSS_PARTITION}')."
 )
 LEADERBOARD_DESCRIPTION = (
     "The leaderboard: the top configurations per model family and task by test AUROC (with interval, ECE and "
-    "metric ids), over everything in `metrics.values`. Markdown in the metadata, and `reports/leaderboard.md`."
+    f"metric ids), over everything in `{layout.METRICS}`. Markdown in the metadata, and `{layout.LEADERBOARD_REPORT}`."
 )
 
 
@@ -68,25 +62,34 @@ class MetricsConfig(dg.Config):
     seed: int = 0
 
 
-def build_evaluation_assets(datasets: dg.StaticPartitionsDefinition, specs: dict) -> list:
-    encoders = [m for m, s in specs.items() if s.interface in ("vm", "vlm")]
-    assets = []
-    if encoders:
-        assets.append(_probe_asset(model_partitions(encoders, datasets)))
-    assets.append(_predictions_asset(datasets, specs))
-    assets.append(_metrics_asset(datasets))
-    if encoders:
-        assets.append(_cross_dataset_asset(specs, encoders, datasets.get_partition_keys()))
-    assets.append(_leaderboard_asset(bool(encoders)))
-    return assets
-
-
-def probes_path(model: str, dataset: str) -> str:
-    return f"probes/{model}/{dataset}.npz"
-
-
-def probe_scores_path(model: str, dataset: str) -> str:
-    return f"probe_predictions/{model}/{dataset}.parquet"
+def definitions(registered: Registered) -> dg.Definitions:
+    """Probes (model x dataset), predictions + metrics (dataset), the cross-dataset matrix and the leaderboard."""
+    with_encoders = bool(registered.models(ENCODERS))
+    assets, jobs = [], []
+    if with_encoders:
+        encoders = registered.model_partitions(ENCODERS)
+        assets.append(_probe_asset(encoders))
+        jobs.append(dg.define_asset_job(PROBES_JOB, selection=dg.AssetSelection.assets("probe_predictions"),
+                                        partitions_def=encoders,
+                                        description="Linear probes of every selected encoder (model x dataset)."))
+        jobs.append(dg.define_asset_job(
+            ENCODER_JOB, selection=dg.AssetSelection.assets("image_embeddings", "probe_predictions"),
+            partitions_def=encoders,
+            description="Embeddings and linear probes of one encoder on one dataset, in one run.",
+        ))
+    assets += [_predictions_asset(registered.datasets, registered.specs), _metrics_asset(registered.datasets)]
+    jobs.append(dg.define_asset_job(
+        EVALUATION_JOB, selection=dg.AssetSelection.assets("predictions", "metrics"),
+        partitions_def=registered.datasets,
+        description="The per-sample predictions table and the metric tables of one dataset.",
+    ))
+    summary = ["cross_dataset_metrics", "leaderboard"] if with_encoders else ["leaderboard"]
+    if with_encoders:
+        assets.append(_cross_dataset_asset(registered.specs, registered.models(ENCODERS), registered.dataset_keys))
+    assets.append(_leaderboard_asset(with_encoders))
+    jobs.append(dg.define_asset_job(SUMMARY_JOB, selection=dg.AssetSelection.assets(*summary),
+                                    description="The cross-dataset matrix and the leaderboard over every dataset."))
+    return dg.Definitions(assets=assets, jobs=jobs)
 
 
 # ------------------------------------------------------------------------------------------------ probes
@@ -95,7 +98,7 @@ def probe_scores_path(model: str, dataset: str) -> str:
 def _probe_asset(partitions: dg.MultiPartitionsDefinition):
     @dg.asset(
         partitions_def=partitions,
-        deps=[dg.AssetDep("image_embeddings", partition_mapping=same_model_and_dataset())],
+        deps=[dg.AssetDep("image_embeddings", partition_mapping=SAME_MODEL_AND_DATASET)],
         group_name=EVALUATION_GROUP,
         kinds={"scikitlearn", "parquet"},
         automation_condition=GATED_EAGER,
@@ -104,16 +107,13 @@ def _probe_asset(partitions: dg.MultiPartitionsDefinition):
     def probe_predictions(context: dg.AssetExecutionContext, storage: FocusStorage) -> dg.MaterializeResult:
         from focus_dagster.evaluation.probes import in_domain_probes, save_probes
 
-        model, dataset = model_keys(context)
-        labels = pd.read_parquet(storage.artifact_path(labels_export(dataset)))
-        embeddings = pd.read_parquet(storage.artifact_path(embeddings_path(model, dataset)))
+        model, dataset = model_and_dataset(context)
+        labels = storage.read_labels(dataset)
+        embeddings = storage.read_parquet(layout.EMBEDDINGS.file(model, dataset))
         run = in_domain_probes(dataset, embeddings, labels)
-        target = storage.artifact_path(probes_path(model, dataset))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.stem}.tmp.npz")
-        save_probes(tmp, run.probes)
-        tmp.replace(target)
-        path, sha = storage.write_parquet(probe_scores_path(model, dataset), run.predictions)
+        storage.write_artifact(layout.PROBES.file(model, dataset), lambda partial: save_probes(partial, run.probes),
+                               suffix=".npz")
+        path, sha = storage.write_parquet(layout.PROBE_SCORES.file(model, dataset), run.predictions)
         return dg.MaterializeResult(metadata={
             "dagster/row_count": len(run.predictions),
             "tasks": sorted(run.probes),
@@ -131,15 +131,14 @@ def _probe_asset(partitions: dg.MultiPartitionsDefinition):
 
 
 def _predictions_asset(datasets: dg.StaticPartitionsDefinition, specs: dict):
-    by_dataset = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="dataset")
     deps = [dg.AssetDep("harmonised_labels")]
     interfaces = {s.interface for s in specs.values()}
     if interfaces & {"vm", "vlm"}:
-        deps.append(dg.AssetDep("probe_predictions", partition_mapping=by_dataset))
+        deps.append(dg.AssetDep("probe_predictions", partition_mapping=BY_DATASET))
     if "vlm" in interfaces:
-        deps.append(dg.AssetDep("zero_shot_scores", partition_mapping=by_dataset))
+        deps.append(dg.AssetDep("zero_shot_scores", partition_mapping=BY_DATASET))
     if "mllm" in interfaces:
-        deps.append(dg.AssetDep("token_probabilities", partition_mapping=by_dataset))
+        deps.append(dg.AssetDep("token_probabilities", partition_mapping=BY_DATASET))
 
     @dg.asset(
         partitions_def=datasets,
@@ -152,7 +151,7 @@ def _predictions_asset(datasets: dg.StaticPartitionsDefinition, specs: dict):
     )
     def predictions(context: dg.AssetExecutionContext, storage: FocusStorage) -> dg.MaterializeResult:
         dataset = context.partition_key
-        labels = pd.read_parquet(storage.artifact_path(labels_export(dataset)))
+        labels = storage.read_labels(dataset)
         base = _dataset_lineage(context.instance, dataset)
         parts, unavailable, rejected, examples = [], [], {}, []
         for model, spec in specs.items():
@@ -161,20 +160,20 @@ def _predictions_asset(datasets: dg.StaticPartitionsDefinition, specs: dict):
                 if frame is None:
                     unavailable.append({"dataset": dataset, "model": model, "method": method, "reason": reason})
                     continue
-                checked = P.finite_scores(frame, f"{method} {model}/{dataset}")
+                checked = finite_scores(frame, f"{method} {model}/{dataset}")
                 rejected.update(checked.rejected)
                 examples += checked.rejected_examples
-                parts.append(P.finish(checked.frame, dataset=dataset, model=model, interface=spec.interface,
-                                      method=method, **base, **_model_lineage(context.instance, produced, model, dataset),
-                                      run_id=context.run_id))
-        frame = pd.concat(parts, ignore_index=True) if parts else _empty_predictions()
-        frame["predictions_version"] = _frame_version(frame)
+                parts.append(finish(checked.frame, dataset=dataset, model=model, interface=spec.interface,
+                                    method=method, **base, **_model_lineage(context.instance, produced, model, dataset),
+                                    run_id=context.run_id))
+        frame = pd.concat(parts, ignore_index=True) if parts else empty_predictions()
+        frame["predictions_version"] = frame_version(frame)
         frame["partition"] = dataset
-        storage.replace_rows(PREDICTIONS_SCHEMA, PREDICTIONS_TABLE, frame, "partition", dataset)
-        storage.replace_rows(PREDICTIONS_SCHEMA, UNAVAILABLE_TABLE, _unavailable_frame(unavailable), "dataset", dataset)
+        storage.replace_partition(layout.SAMPLES, dataset, frame)
+        storage.replace_partition(layout.UNAVAILABLE, dataset, _unavailable_frame(unavailable))
         return dg.MaterializeResult(metadata={
             "dagster/row_count": len(frame),
-            "configurations": int(frame.groupby(P.CONFIG_COLUMNS, dropna=False).ngroups) if len(frame) else 0,
+            "configurations": int(frame.groupby(CONFIG_COLUMNS, dropna=False).ngroups) if len(frame) else 0,
             "rows_by_method": dg.MetadataValue.json(frame["method"].value_counts().to_dict()),
             "rejected_rows": dg.MetadataValue.json(rejected),
             "rejected_examples": dg.MetadataValue.json(examples[:10]),
@@ -198,17 +197,16 @@ def _probe_source(context, storage, model, dataset, labels):
     produced, reason = _upstream(context.instance, "probe_predictions", model, dataset)
     if produced is None:
         return None, None, reason
-    scores = pd.read_parquet(storage.artifact_path(probe_scores_path(model, dataset)))
-    return produced, P.with_labels(scores, labels, f"probe_predictions {model}/{dataset}"), None
+    scores = storage.read_parquet(layout.PROBE_SCORES.file(model, dataset))
+    return produced, with_labels(scores, labels, f"probe_predictions {model}/{dataset}"), None
 
 
 def _zero_shot_source(context, storage, model, dataset, labels):
     produced, reason = _upstream(context.instance, "zero_shot_scores", model, dataset)
     if produced is None:
         return None, None, reason
-    scores = storage.read_table(ZERO_SHOT_SCHEMA, ZERO_SHOT_TABLE, "partition = ?", [f"{model}|{dataset}"])
-    frame = P.train_youden(P.with_labels(scores[["image_id", "task", "score"]], labels,
-                                         f"zero_shot_scores {model}/{dataset}"))
+    scores = storage.read_partition(layout.ZERO_SHOT, layout.model_dataset_row_key(model, dataset))
+    frame = train_youden(with_labels(scores[["image_id", "task", "score"]], labels, f"zero_shot_scores {model}/{dataset}"))
     return produced, frame.assign(train_dataset=None), None
 
 
@@ -216,16 +214,16 @@ def _yes_no_source(context, storage, model, dataset, labels):
     produced, reason = _upstream(context.instance, "token_probabilities", model, dataset)
     if produced is None:
         return None, None, reason
-    scores = pd.read_parquet(storage.artifact_path(token_probabilities_path(model, dataset)))
+    scores = storage.read_parquet(layout.TOKEN_PROBABILITIES.file(model, dataset))
     scores = scores.rename(columns={"p_yes_reference": "score_reference"})[["image_id", "task", "score",
                                                                             "score_reference"]]
-    frame = P.train_youden(P.with_labels(scores, labels, f"token_probabilities {model}/{dataset}"))
+    frame = train_youden(with_labels(scores, labels, f"token_probabilities {model}/{dataset}"))
     return produced, frame.assign(train_dataset=None), None
 
 
 def _upstream(instance, asset: str, model: str, dataset: str):
     """The latest materialisation of a model output, or why there is none (never run, or blocked by a check)."""
-    produced = latest_materialization(instance, asset, model_partition(model, dataset))
+    produced = latest_materialization(instance, asset, layout.model_dataset_key(model, dataset))
     if produced is not None:
         return produced, None
     return None, f"{asset} {model}/{dataset} is not materialised (its run failed or a blocking check upstream " \
@@ -247,7 +245,7 @@ def _model_lineage(instance, produced, model: str, dataset: str) -> dict:
     embeddings they were computed from."""
     meta = produced.metadata
     if not meta.get("weights_sha256"):
-        embeddings = latest_materialization(instance, "image_embeddings", model_partition(model, dataset))
+        embeddings = latest_materialization(instance, "image_embeddings", layout.model_dataset_key(model, dataset))
         meta = {**meta, **(embeddings.metadata if embeddings else {})}
     return {
         "model_revision": meta.get("model_source"),
@@ -255,20 +253,6 @@ def _model_lineage(instance, produced, model: str, dataset: str) -> dict:
         "source_asset": produced.asset,
         "source_run_id": produced.run_id,
     }
-
-
-def _frame_version(frame: pd.DataFrame) -> str:
-    """A content hash of the predictions (the lineage columns that name this run excluded)."""
-    columns = [c for c in P.PREDICTION_COLUMNS if c in frame]
-    data = frame[columns].sort_values(P.KEY_COLUMNS).to_csv(index=False) if len(frame) else ""
-    return hashlib.sha256(data.encode()).hexdigest()[:20]
-
-
-def _empty_predictions() -> pd.DataFrame:
-    frame = pd.DataFrame({c: pd.Series(dtype=float if c in ("score", "score_reference", "threshold") else object)
-                          for c in P.PREDICTION_COLUMNS + LINEAGE_COLUMNS})
-    frame["label"] = frame["label"].astype("int64")
-    return frame
 
 
 def _unavailable_frame(rows: list[dict]) -> pd.DataFrame:
@@ -291,34 +275,19 @@ def _metrics_asset(datasets: dg.StaticPartitionsDefinition):
     def metrics(context: dg.AssetExecutionContext, config: MetricsConfig, storage: FocusStorage):
         from focus_dagster.evaluation.tables import Settings, metric_rows
         from focus_dagster.labels.expectations import check_metadata_coverage
+        from focus_dagster.labels.rules import AXIS_METADATA
 
         dataset = context.partition_key
-        labels = pd.read_parquet(storage.artifact_path(labels_export(dataset)))
-        samples = storage.read_table(PREDICTIONS_SCHEMA, PREDICTIONS_TABLE, "partition = ?", [dataset])
+        labels = storage.read_labels(dataset)
+        samples = storage.read_partition(layout.SAMPLES, dataset)
         coverage = {column: share > 0 for column, share in check_metadata_coverage(labels).info.items()}
-        metadata = labels[["image_id", "age", "sex", "quality", "camera"]]
+        metadata = labels[["image_id", *AXIS_METADATA]]
         rows = metric_rows(samples, metadata, coverage, Settings(config.n_resamples, config.seed))
         table = with_lineage(rows, samples, context.run_id).assign(partition=dataset)
-        storage.replace_rows(METRICS_SCHEMA, METRICS_TABLE, table, "partition", dataset)
+        storage.replace_partition(layout.METRICS, dataset, table)
         return dg.MaterializeResult(metadata=metrics_metadata(table, coverage))
 
     return metrics
-
-
-def with_lineage(rows: pd.DataFrame, samples: pd.DataFrame, run_id: str) -> pd.DataFrame:
-    """Each metric row with the lineage columns of the predictions it was computed from."""
-    if rows.empty:
-        return rows.assign(**{c: pd.Series(dtype=object) for c in LINEAGE_COLUMNS}, predictions_run_id=None)
-    keys = [c for c in P.CONFIG_COLUMNS if c != "train_dataset"] + ["_train"]
-    lineage = _keyed(samples).groupby(keys)[LINEAGE_COLUMNS].first().reset_index()
-    lineage = lineage.rename(columns={"run_id": "predictions_run_id"})
-    merged = _keyed(rows).merge(lineage, on=keys, how="left").drop(columns="_train")
-    return merged.assign(run_id=run_id)
-
-
-def _keyed(frame: pd.DataFrame) -> pd.DataFrame:
-    """`train_dataset` as text for joins (empty for methods without training: never NaN against None)."""
-    return frame.assign(_train=frame["train_dataset"].astype(object).where(frame["train_dataset"].notna(), ""))
 
 
 def metrics_metadata(table: pd.DataFrame, coverage: dict) -> dict:
@@ -348,13 +317,14 @@ def _cross_dataset_asset(specs: dict, encoders: list[str], registered: list[str]
         from focus_dagster.evaluation.probes import cross_dataset_scores, load_probes
         from focus_dagster.evaluation.tables import Settings, metric_rows
 
-        datasets = [d for d in registered if storage.artifact_path(labels_export(d)).exists()]
-        labels = {d: pd.read_parquet(storage.artifact_path(labels_export(d))) for d in datasets}
+        datasets = [d for d in registered if storage.has_labels(d)]
+        labels = {d: storage.read_labels(d) for d in datasets}
         parts, lineage = [], {d: _dataset_lineage(context.instance, d) for d in datasets}
         for model in encoders:
             for source in datasets:
-                probes_file = storage.artifact_path(probes_path(model, source))
-                produced = latest_materialization(context.instance, "probe_predictions", model_partition(model, source))
+                probes_file = storage.artifact_path(layout.PROBES.file(model, source))
+                produced = latest_materialization(context.instance, "probe_predictions",
+                                                  layout.model_dataset_key(model, source))
                 if not probes_file.exists() or produced is None:
                     continue
                 for task, probe in load_probes(probes_file).items():
@@ -363,18 +333,18 @@ def _cross_dataset_asset(specs: dict, encoders: list[str], registered: list[str]
                                               cross_dataset_scores)
                         if frame is None:
                             continue
-                        parts.append(P.finish(frame, dataset=target, model=model, interface=specs[model].interface,
-                                              method=PROBE_METHOD, **lineage[target],
-                                              **_model_lineage(context.instance, produced, model, source),
-                                              run_id=context.run_id))
-        samples = pd.concat(parts, ignore_index=True) if parts else _empty_predictions()
-        samples["predictions_version"] = _frame_version(samples)
-        samples["partition"] = CROSS
+                        parts.append(finish(frame, dataset=target, model=model, interface=specs[model].interface,
+                                            method=PROBE_METHOD, **lineage[target],
+                                            **_model_lineage(context.instance, produced, model, source),
+                                            run_id=context.run_id))
+        samples = pd.concat(parts, ignore_index=True) if parts else empty_predictions()
+        samples["predictions_version"] = frame_version(samples)
+        samples["partition"] = layout.CROSS_PARTITION
         rows = metric_rows(samples, pd.DataFrame({"image_id": samples["image_id"].unique()}), {},
                            Settings(config.n_resamples, config.seed))
-        table = with_lineage(rows, samples, context.run_id).assign(partition=CROSS)
-        storage.replace_rows(PREDICTIONS_SCHEMA, PREDICTIONS_TABLE, samples, "partition", CROSS)
-        storage.replace_rows(METRICS_SCHEMA, METRICS_TABLE, table, "partition", CROSS)
+        table = with_lineage(rows, samples, context.run_id).assign(partition=layout.CROSS_PARTITION)
+        storage.replace_partition(layout.SAMPLES, layout.CROSS_PARTITION, samples)
+        storage.replace_partition(layout.METRICS, layout.CROSS_PARTITION, table)
         return dg.MaterializeResult(metadata={
             "dagster/row_count": len(table),
             "predictions": len(samples),
@@ -388,24 +358,13 @@ def _cross_dataset_asset(specs: dict, encoders: list[str], registered: list[str]
 def _cross_scores(storage, model, source, target, task, probe, target_labels, score):
     if target == source or task not in target_labels or not target_labels[task].notna().any():
         return None
-    path = storage.artifact_path(embeddings_path(model, target))
-    if not path.exists():
+    path = layout.EMBEDDINGS.file(model, target)
+    if not storage.artifact_path(path).exists():
         return None
-    frame = score(probe, source, pd.read_parquet(path), target_labels)
+    frame = score(probe, source, storage.read_parquet(path), target_labels)
     if frame.empty:
         return None
-    return P.with_labels(frame, target_labels, f"probe {model}/{source} on {target}")
-
-
-def cross_matrix_markdown(table: pd.DataFrame) -> str:
-    auroc = table[(table["metric"] == "auroc") & table["group"].eq("")]
-    if auroc.empty:
-        return "no cross-dataset pairs"
-    lines = ["| model | task | trained on | tested on | AUROC | 95% CI | metric_id |", "|---|---|---|---|---|---|---|"]
-    for row in auroc.sort_values(["model", "task", "train_dataset", "dataset"]).itertuples():
-        lines.append(f"| {row.model} | {row.task} | {row.train_dataset} | {row.dataset} | {_fmt(row.value)} | "
-                     f"{_fmt(row.ci_low)}-{_fmt(row.ci_high)} | `{row.metric_id}` |")
-    return "\n".join(lines[:202])
+    return with_labels(frame, target_labels, f"probe {model}/{source} on {target}")
 
 
 # ------------------------------------------------------------------------------------------- leaderboard
@@ -423,43 +382,10 @@ def _leaderboard_asset(with_cross: bool):
         description=LEADERBOARD_DESCRIPTION,
     )
     def leaderboard(context: dg.AssetExecutionContext, storage: FocusStorage) -> dg.MaterializeResult:
-        table = storage.read_table(METRICS_SCHEMA, METRICS_TABLE)
+        table = storage.read_table(layout.METRICS)
         text = leaderboard_markdown(table, top=5)
-        path = storage.artifact_path("reports/leaderboard.md")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(".leaderboard.md.tmp")
-        tmp.write_text(text + "\n")
-        tmp.replace(path)
+        path, _ = storage.write_artifact(layout.LEADERBOARD_REPORT, lambda partial: partial.write_text(text + "\n"))
         return dg.MaterializeResult(metadata={"leaderboard": dg.MetadataValue.md(text),
                                               "path": dg.MetadataValue.path(str(path)), "metric_rows": len(table)})
 
     return leaderboard
-
-
-def leaderboard_markdown(table: pd.DataFrame, top: int = 3) -> str:
-    """Top configurations per family (interface x method) and task by test AUROC, with ECE and metric ids."""
-    auroc = table[(table["metric"] == "auroc") & (table["group"] == "") & table["value"].notna()]
-    if auroc.empty:
-        return "no defined AUROC yet"
-    ece = table[(table["metric"] == "ece") & (table["group"] == "")][P.CONFIG_COLUMNS + ["value"]]
-    auroc = _with_ece(auroc, ece)
-    lines = ["| method | task | model | dataset | trained on | AUROC (95% CI) | ECE | metric_id |",
-             "|---|---|---|---|---|---|---|---|"]
-    for (method, task), rows in auroc.groupby(["method", "task"], sort=True):
-        for row in rows.sort_values("value", ascending=False).head(top).itertuples():
-            lines.append(
-                f"| {method} | {task} | {row.model} | {row.dataset} | {row.train_dataset or '-'} | "
-                f"{_fmt(row.value)} ({_fmt(row.ci_low)}-{_fmt(row.ci_high)}) | {_fmt(row.ece)} | "
-                f"`{row.metric_id}` |")
-    return "\n".join(lines)
-
-
-def _with_ece(auroc: pd.DataFrame, ece: pd.DataFrame) -> pd.DataFrame:
-    """AUROC rows with the ECE of the same configuration."""
-    keys = ["model", "dataset", "task", "method", "_train"]
-    right = _keyed(ece).rename(columns={"value": "ece"})[keys + ["ece"]]
-    return _keyed(auroc).merge(right, on=keys, how="left")
-
-
-def _fmt(value) -> str:
-    return "-" if value is None or pd.isna(value) else f"{value:.3f}"

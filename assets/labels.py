@@ -1,15 +1,15 @@
-"""Harmonised task labels and the records that did not make it."""
+"""Harmonised task labels and the records that did not make it, with the checks that guard them."""
 
 import dagster as dg
 
 from assets.automation import GATED_EAGER
+from assets.partitions import MLLMS, Registered
+from checks.labels import build_label_checks
 from focus_dagster.labels import LabelResult, harmonise
-from resources import DatasetRoots, FocusStorage
+from resources import DatasetRoots, FocusStorage, layout
 
-LABELS_SCHEMA = "labels"
-LABELS_TABLE = "harmonised"
-REJECTS_TABLE = "rejects"
 LABEL_GROUP = "labels"
+DATA_LAYER_JOB = "focus_data_layer"
 
 HARMONISED_DESCRIPTION = (
     "The canonical label table of one dataset: one row per benchmark image with its split, the three "
@@ -17,22 +17,38 @@ HARMONISED_DESCRIPTION = (
     "null is never 'negative'), age, sex (F/M), quality, camera, eye, a content hash of the image, and "
     "`label_rule`, the id of the rule that produced the row (rules: focus_dagster/labels/rules.py). "
     "Splits: the published split file when `splits.dir` is configured, else the native split, else a "
-    "seeded patient-grouped stratified 60/40. Table: `labels.harmonised` (column `dataset`)."
+    f"seeded patient-grouped stratified 60/40. Table: `{layout.LABELS}` (column `dataset`)."
 )
 REJECTS_DESCRIPTION = (
     "Every record of the dataset that is not in `harmonised_labels`, with the stage that rejected it "
     "(records: quarantined by the reader; labels: outside the benchmark subset, blank or ungradable "
     "label; splits: absent from or contradictory in the split file) and the reason. Records in = "
-    "labels + rejects, exactly. Table: `labels.rejects`."
+    f"labels + rejects, exactly. Table: `{layout.LABEL_REJECTS}`."
 )
 
 
-def build_label_assets(partitions: dg.StaticPartitionsDefinition, dataset_records: dg.AssetsDefinition) -> list:
+def definitions(registered: Registered) -> dg.Definitions:
+    """The labels and their rejects, the label checks, and the data-layer job that reads a dataset end to end."""
+    harmonise_labels = _label_assets(registered.datasets)
+    # The questions depend on the labels only, so a dataset's data layer renders them too when MLLMs run.
+    questions = ["yes_no_questions"] if registered.models(MLLMS) else []
+    data_layer = dg.define_asset_job(
+        DATA_LAYER_JOB,
+        selection=dg.AssetSelection.assets("dataset_records", "harmonised_labels", "label_rejects", *questions),
+        partitions_def=registered.datasets,
+        description="Read a dataset from its published layout into native records, then harmonised labels "
+        "(and the yes/no questions, when multimodal LLMs are selected).",
+    )
+    return dg.Definitions(assets=[harmonise_labels], asset_checks=build_label_checks(registered.datasets),
+                          jobs=[data_layer])
+
+
+def _label_assets(partitions: dg.StaticPartitionsDefinition) -> dg.AssetsDefinition:
     @dg.multi_asset(
         specs=[
-            dg.AssetSpec("harmonised_labels", deps=[dataset_records], description=HARMONISED_DESCRIPTION,
+            dg.AssetSpec("harmonised_labels", deps=["dataset_records"], description=HARMONISED_DESCRIPTION,
                          group_name=LABEL_GROUP, kinds={"duckdb"}, automation_condition=GATED_EAGER),
-            dg.AssetSpec("label_rejects", deps=[dataset_records], description=REJECTS_DESCRIPTION,
+            dg.AssetSpec("label_rejects", deps=["dataset_records"], description=REJECTS_DESCRIPTION,
                          group_name=LABEL_GROUP, kinds={"duckdb"}, automation_condition=GATED_EAGER),
         ],
         partitions_def=partitions,
@@ -40,33 +56,28 @@ def build_label_assets(partitions: dg.StaticPartitionsDefinition, dataset_record
     )
     def harmonise_labels(context: dg.AssetExecutionContext, datasets: DatasetRoots, storage: FocusStorage):
         key = context.partition_key
-        records = storage.read_table("records", key)
-        quarantine = storage.read_table("records", "quarantine", "dataset = ?", [key])
+        records = storage.read_records(key)
+        quarantine = storage.read_partition(layout.QUARANTINE, key)
         result = harmonise(
-            key, records, quarantine, root=datasets.root(key), splits_dir=datasets.splits_folder(),
-            seed=datasets.split_seed,
+            key, records, quarantine, root=datasets.root(key), splits_dir=datasets.config.splits_dir,
+            seed=datasets.config.split_seed,
         )
-        storage.replace_rows(LABELS_SCHEMA, LABELS_TABLE, result.labels, "dataset", key)
-        storage.replace_rows(LABELS_SCHEMA, REJECTS_TABLE, result.rejects, "dataset", key)
+        storage.replace_partition(layout.LABELS, key, result.labels)
+        storage.replace_partition(layout.LABEL_REJECTS, key, result.rejects)
         # Steps that must not open DuckDB while they compute (the GPU ones) read this copy instead.
-        export, export_sha = storage.write_parquet(labels_export(key), result.labels)
+        export, export_sha = storage.write_parquet(layout.labels_file(key), result.labels)
         context.log.info(result.accounting_line())
         metadata = labels_metadata(result) | {"export": dg.MetadataValue.path(str(export)), "export_sha256": export_sha}
         yield dg.MaterializeResult(asset_key="harmonised_labels", metadata=metadata)
         yield dg.MaterializeResult(asset_key="label_rejects", metadata=rejects_metadata(result))
 
-    return [harmonise_labels]
-
-
-def labels_export(dataset: str) -> str:
-    """The artifact-store path of a dataset's harmonised labels (a Parquet copy of labels.harmonised)."""
-    return f"labels/{dataset}.parquet"
+    return harmonise_labels
 
 
 def labels_metadata(result: LabelResult) -> dict:
     return {
         "dagster/row_count": len(result.labels),
-        "dagster/table_name": f"{LABELS_SCHEMA}.{LABELS_TABLE}",
+        "dagster/table_name": layout.LABELS.qualified,
         "label_rule": result.rule.id,
         "rule": dg.MetadataValue.md(f"**{result.rule.id}**: {result.rule.description}"),
         "split_method": result.split_method,
@@ -83,7 +94,7 @@ def rejects_metadata(result: LabelResult) -> dict:
     by_reason = result.rejects.groupby(["stage", "reason_code"]).size()
     return {
         "dagster/row_count": len(result.rejects),
-        "dagster/table_name": f"{LABELS_SCHEMA}.{REJECTS_TABLE}",
+        "dagster/table_name": layout.LABEL_REJECTS.qualified,
         "records_in": result.records_in,
         "reasons": dg.MetadataValue.json({f"{stage}/{code}": int(n) for (stage, code), n in by_reason.items()}),
     }

@@ -4,25 +4,26 @@ import hashlib
 import json
 
 import dagster as dg
-import numpy as np
 import pandas as pd
 from pydantic import Field
 
 from assets.automation import GATED_EAGER
-from assets.labels import labels_export
 from assets.models import (
     MODEL_GROUP,
     checkpoint_audit_result,
     checkpoint_audit_spec,
-    model_keys,
-    model_partitions,
+    defined_tasks,
+    image_files,
     model_run_metadata,
 )
+from assets.partitions import BY_DATASET, MLLMS, Registered, model_and_dataset
 from focus_dagster.labels import TASKS
 from focus_dagster.labels.rules import rule_for
 from focus_dagster.models.spec import CheckpointError
 from focus_dagster.questions import QuestionBook, find_leaks, unknown_fields
-from resources import DatasetRoots, FocusStorage, ModelHub
+from resources import DatasetRoots, FocusStorage, ModelHub, layout
+
+TOKEN_PROBABILITIES_JOB = "focus_token_probabilities"
 
 QUESTIONS_DESCRIPTION = (
     "The yes/no question asked of multimodal LLMs for each task this dataset defines, rendered per image "
@@ -49,20 +50,20 @@ class YesNoRunConfig(dg.Config):
     )
 
 
-def build_mllm_assets(datasets: dg.StaticPartitionsDefinition, specs: dict, book: QuestionBook) -> list:
+def definitions(registered: Registered) -> dg.Definitions:
     """yes_no_questions per dataset and token_probabilities per MLLM x dataset (nothing when no MLLM is selected)."""
-    mllms = [m for m, s in specs.items() if s.interface == "mllm"]
-    if not mllms:
-        return []
-    return [_questions_asset(datasets, book), _token_probabilities_asset(model_partitions(mllms, datasets), book)]
-
-
-def questions_path(dataset: str) -> str:
-    return f"questions/{dataset}.parquet"
-
-
-def token_probabilities_path(model_id: str, dataset: str) -> str:
-    return f"token_probabilities/{model_id}/{dataset}.parquet"
+    if not registered.models(MLLMS):
+        return dg.Definitions()
+    partitions = registered.model_partitions(MLLMS)
+    scores = dg.define_asset_job(
+        TOKEN_PROBABILITIES_JOB, selection=dg.AssetSelection.assets("token_probabilities"), partitions_def=partitions,
+        description="Yes/no token probabilities of every selected multimodal LLM (model x dataset).",
+    )
+    return dg.Definitions(
+        assets=[_questions_asset(registered.datasets, registered.questions),
+                _token_probabilities_asset(partitions, registered.questions)],
+        jobs=[scores],
+    )
 
 
 def _questions_asset(datasets: dg.StaticPartitionsDefinition, book: QuestionBook):
@@ -82,8 +83,8 @@ def _questions_asset(datasets: dg.StaticPartitionsDefinition, book: QuestionBook
     )
     def yes_no_questions(context: dg.AssetExecutionContext, storage: FocusStorage):
         dataset = context.partition_key
-        labels = pd.read_parquet(storage.artifact_path(labels_export(dataset)))
-        questions = book.for_dataset(dataset, [t for t in TASKS if labels[t].notna().any()])
+        labels = storage.read_labels(dataset)
+        questions = book.for_dataset(dataset, defined_tasks(labels))
         rows = _context_rows(storage, dataset, labels, questions)
         leaks = [leak for q in questions for leak in find_leaks(q, rule_for(dataset), rows)]
         verdict = {q.id: "; ".join(leak.detail for leak in leaks if leak.question_id == q.id) for q in questions}
@@ -92,7 +93,7 @@ def _questions_asset(datasets: dg.StaticPartitionsDefinition, book: QuestionBook
             for image_id, row in zip(rows["image_id"], rows.to_dict("records")) for q in questions
         ], columns=["image_id", "task", "question_id", "question", "leak"])
         # The verdict travels with the questions: token_probabilities refuses a file that records a leak.
-        path, sha = storage.write_parquet(questions_path(dataset), rendered)
+        path, sha = storage.write_parquet(layout.questions_file(dataset), rendered)
         yield dg.MaterializeResult(metadata={
             "dagster/row_count": len(rendered),
             "questions_version": book.version,
@@ -113,7 +114,7 @@ def _context_rows(storage: FocusStorage, dataset: str, labels: pd.DataFrame, que
     """The labels, joined with the dataset's native records when a question has per-image placeholders."""
     if not any(q.fields for q in questions):
         return labels
-    records = storage.read_table("records", dataset)
+    records = storage.read_records(dataset)
     native = records.drop(columns=[c for c in records.columns if c in labels.columns and c != "image_id"])
     rows = labels.merge(native, on="image_id", how="left")
     for q in questions:
@@ -133,12 +134,10 @@ def _questions_table(questions) -> str:
 
 
 def _token_probabilities_asset(partitions: dg.MultiPartitionsDefinition, book: QuestionBook):
-    by_dataset = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="dataset")
-
     @dg.asset(
         partitions_def=partitions,
-        deps=[dg.AssetDep("yes_no_questions", partition_mapping=by_dataset),
-              dg.AssetDep("harmonised_labels", partition_mapping=by_dataset)],
+        deps=[dg.AssetDep("yes_no_questions", partition_mapping=BY_DATASET),
+              dg.AssetDep("harmonised_labels", partition_mapping=BY_DATASET)],
         group_name=MODEL_GROUP,
         pool="gpu",
         kinds={"pytorch", "parquet"},
@@ -150,15 +149,12 @@ def _token_probabilities_asset(partitions: dg.MultiPartitionsDefinition, book: Q
         context: dg.AssetExecutionContext, config: YesNoRunConfig, datasets: DatasetRoots, models: ModelHub,
         storage: FocusStorage,
     ):
-        from focus_dagster.inference.engine import (
-            embed_images,
-            pick_device,
-            run_fingerprint,
-        )
+        from focus_dagster.inference.engine import pick_device, run_fingerprint, run_on_images
+        from focus_dagster.inference.yes_no import probabilities_frame, yes_no_scorer
 
-        model_id, dataset = model_keys(context)
-        labels = pd.read_parquet(storage.artifact_path(labels_export(dataset)))
-        asked = pd.read_parquet(storage.artifact_path(questions_path(dataset)))
+        model_id, dataset = model_and_dataset(context)
+        labels = storage.read_labels(dataset)
+        asked = storage.read_parquet(layout.questions_file(dataset))
         tasks = _checked_tasks(asked, dataset, book)
         device = pick_device()
         try:
@@ -169,20 +165,18 @@ def _token_probabilities_asset(partitions: dg.MultiPartitionsDefinition, book: Q
         if mllm.tokens.excluded:
             context.log.warning(f"{model_id}: answer variants left out (not single tokens): {mllm.tokens.excluded}")
         per_image = _questions_by_image(asked, tasks)
-        scorer = mllm.scorer([book.question(t, dataset).text for t in tasks], config.answer_tokens, per_image)
-        root = datasets.root(dataset)
-        items = [(i, str(root / p)) for i, p in zip(labels["image_id"], labels["image_path"]) if i in per_image]
-        run = embed_images(
+        scorer = yes_no_scorer(mllm, [book.question(t, dataset).text for t in tasks], config.answer_tokens, per_image)
+        items = [item for item in image_files(datasets, dataset, labels) if item[0] in per_image]
+        run = run_on_images(
             scorer, items, mllm.spec.preprocess,
-            work_dir=storage.artifact_path(f"token_probabilities/{model_id}/{dataset}.shards"),
+            work_dir=storage.artifact_path(layout.TOKEN_PROBABILITIES.shards(model_id, dataset)),
             fingerprint=run_fingerprint(_fingerprint_parts(mllm, asked, config.answer_tokens)),
             device=device, progress=context.log.info, pass_ids=True,
         )
-        frame = probabilities_frame(run.image_ids, run.embeddings, tasks, asked, mllm.processor.tokenizer)
-        path, sha = storage.write_parquet(token_probabilities_path(model_id, dataset), frame)
+        frame = probabilities_frame(run.image_ids, run.outputs, tasks, asked, mllm.processor.tokenizer)
+        path, sha = storage.write_parquet(layout.TOKEN_PROBABILITIES.file(model_id, dataset), frame)
         quarantine = pd.DataFrame(sorted(run.failed.items()), columns=["image_id", "reason"])
-        storage.write_parquet(token_probabilities_path(model_id, dataset).replace(".parquet", ".quarantine.parquet"),
-                              quarantine)
+        storage.write_parquet(layout.TOKEN_PROBABILITIES.quarantine(model_id, dataset), quarantine)
         yield dg.MaterializeResult(metadata=_probability_metadata(mllm, run, frame, dataset, book, path, sha))
         yield checkpoint_audit_result(mllm.report)
 
@@ -208,28 +202,6 @@ def _checked_tasks(asked: pd.DataFrame, dataset: str, book: QuestionBook) -> lis
 def _questions_by_image(asked: pd.DataFrame, tasks: list[str]) -> dict[str, tuple[str, ...]]:
     table = asked.pivot(index="image_id", columns="task", values="question")[tasks]
     return {image_id: tuple(row) for image_id, row in zip(table.index, table.to_numpy())}
-
-
-def probabilities_frame(image_ids, values: np.ndarray, tasks: list[str], asked: pd.DataFrame, tokenizer) -> pd.DataFrame:
-    """Scorer output [n, tasks x VALUES] -> one row per image and task, sorted by image_id and task."""
-    from focus_dagster.inference.yes_no import ANSWER_CODES, VALUES
-
-    cube = values.reshape(len(image_ids), len(tasks), len(VALUES)) if len(image_ids) else np.zeros((0, len(tasks), 6))
-    frame = pd.DataFrame({
-        "image_id": np.repeat(np.asarray(image_ids, dtype=object), len(tasks)),
-        "task": np.tile(np.asarray(tasks, dtype=object), len(image_ids)),
-        **{name: cube[:, :, k].reshape(-1).astype(float) for k, name in enumerate(VALUES)},
-    })
-    total = frame["p_yes"] + frame["p_no"]
-    frame["score"] = (frame["p_yes"] / total).where(total > 0)
-    frame["answer"] = frame.pop("answer_code").map(ANSWER_CODES).fillna("not generated")
-    ids = frame.pop("first_token_id").astype(int)
-    decoded = {i: tokenizer.decode([i]) for i in set(ids.tolist())}
-    frame["first_token"] = ids.map(decoded)
-    frame = frame.merge(asked[["image_id", "task", "question_id"]], on=["image_id", "task"], how="left")
-    columns = ["image_id", "task", "question_id", "p_yes", "p_no", "score", "p_yes_reference", "p_no_reference",
-               "answer", "first_token"]
-    return frame[columns].sort_values(["image_id", "task"], kind="stable").reset_index(drop=True)
 
 
 def _fingerprint_parts(mllm, asked: pd.DataFrame, answer_tokens: int) -> dict:

@@ -1,18 +1,24 @@
 """Encoder outputs: frozen image embeddings (vision and dual encoders) and zero-shot scores (dual encoders)."""
 
 import dagster as dg
-import numpy as np
 import pandas as pd
 
 from assets.automation import GATED_EAGER
-from assets.labels import labels_export
-from focus_dagster.inference.engine import embed_images, pick_device, run_fingerprint
+from assets.partitions import (
+    BY_DATASET,
+    DUAL_ENCODERS,
+    ENCODERS,
+    SAME_MODEL_AND_DATASET,
+    Registered,
+    model_and_dataset,
+)
 from focus_dagster.labels import TASKS
 from focus_dagster.models.spec import CheckpointError
-from resources import DatasetRoots, FocusStorage, ModelHub
+from resources import DatasetRoots, FocusStorage, ModelHub, layout
 
 MODEL_GROUP = "models"
-ZERO_SHOT_SCHEMA, ZERO_SHOT_TABLE = "predictions", "zero_shot"
+EMBEDDINGS_JOB = "focus_image_embeddings"
+ZERO_SHOT_JOB = "focus_zero_shot_scores"
 
 EMBEDDINGS_DESCRIPTION = (
     "Frozen image embeddings of one model on one dataset: one vector per harmonised image (Parquet in the "
@@ -25,25 +31,33 @@ EMBEDDINGS_DESCRIPTION = (
 ZERO_SHOT_DESCRIPTION = (
     "Zero-shot scores of a dual encoder: for each image and each task the dataset defines, the probability of "
     "the positive prompt (softmax of logit_scale x cosine over the task's negative/positive prompt pair, "
-    "prompts from focus_dagster/prompts.py, versioned). Table: `predictions.zero_shot`."
+    f"prompts from focus_dagster/prompts.py, versioned). Table: `{layout.ZERO_SHOT}`."
 )
 
 
-def model_partitions(model_ids: list[str], datasets: dg.StaticPartitionsDefinition) -> dg.MultiPartitionsDefinition:
-    return dg.MultiPartitionsDefinition({"dataset": datasets, "model": dg.StaticPartitionsDefinition(model_ids)})
+def definitions(registered: Registered) -> dg.Definitions:
+    """image_embeddings for every VM/VLM x dataset and zero_shot_scores for every VLM x dataset, with a job each."""
+    assets, jobs = [], []
+    if registered.models(ENCODERS):
+        assets.append(_embeddings_asset(registered.model_partitions(ENCODERS)))
+        jobs.append(_job(EMBEDDINGS_JOB, "image_embeddings", registered.model_partitions(ENCODERS),
+                         "Image embeddings of every selected encoder (model x dataset)."))
+    if registered.models(DUAL_ENCODERS):
+        assets.append(_zero_shot_asset(registered.model_partitions(DUAL_ENCODERS)))
+        jobs.append(_job(ZERO_SHOT_JOB, "zero_shot_scores", registered.model_partitions(DUAL_ENCODERS),
+                         "Zero-shot scores of every selected dual encoder (model x dataset)."))
+    return dg.Definitions(assets=assets, jobs=jobs)
 
 
-def build_model_assets(datasets: dg.StaticPartitionsDefinition, specs: dict) -> list:
-    """image_embeddings for every VM/VLM x dataset, zero_shot_scores for every VLM x dataset."""
-    encoders = [m for m, s in specs.items() if s.interface in ("vm", "vlm")]
-    dual = [m for m, s in specs.items() if s.interface == "vlm"]
-    if not encoders:
-        return []
-    by_dataset = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="dataset")
+def _job(name: str, asset: str, partitions, description: str):
+    return dg.define_asset_job(name, selection=dg.AssetSelection.assets(asset), partitions_def=partitions,
+                               description=description)
 
+
+def _embeddings_asset(partitions: dg.MultiPartitionsDefinition):
     @dg.asset(
-        partitions_def=model_partitions(encoders, datasets),
-        deps=[dg.AssetDep("harmonised_labels", partition_mapping=by_dataset)],
+        partitions_def=partitions,
+        deps=[dg.AssetDep("harmonised_labels", partition_mapping=BY_DATASET)],
         group_name=MODEL_GROUP,
         pool="gpu",
         kinds={"pytorch", "parquet"},
@@ -54,45 +68,34 @@ def build_model_assets(datasets: dg.StaticPartitionsDefinition, specs: dict) -> 
     def image_embeddings(
         context: dg.AssetExecutionContext, datasets: DatasetRoots, models: ModelHub, storage: FocusStorage
     ):
-        model_id, dataset = model_keys(context)
-        labels = pd.read_parquet(storage.artifact_path(labels_export(dataset)))
-        root = datasets.root(dataset)
+        from focus_dagster.inference.engine import pick_device, run_fingerprint, run_on_images
+
+        model_id, dataset = model_and_dataset(context)
+        labels = storage.read_labels(dataset)
         device = pick_device()
         try:
             encoder = models.load(model_id, device)
         except CheckpointError as exc:
             yield dg.AssetCheckResult(check_name="checkpoint_audit", passed=False, metadata={"error": str(exc)})
             raise
-        items = [(i, str(root / p)) for i, p in zip(labels["image_id"], labels["image_path"])]
-        run = embed_images(
-            encoder.embed, items, encoder.spec.preprocess,
-            work_dir=storage.artifact_path(f"embeddings/{model_id}/{dataset}.shards"),
+        run = run_on_images(
+            encoder.embed, image_files(datasets, dataset, labels), encoder.spec.preprocess,
+            work_dir=storage.artifact_path(layout.EMBEDDINGS.shards(model_id, dataset)),
             fingerprint=run_fingerprint(_fingerprint_parts(encoder)),
             device=device, progress=context.log.info,
         )
-        frame = pd.DataFrame({"image_id": run.image_ids, "embedding": list(run.embeddings)})
-        path, sha = storage.write_parquet(embeddings_path(model_id, dataset), frame)
+        frame = pd.DataFrame({"image_id": run.image_ids, "embedding": list(run.outputs)})
+        path, sha = storage.write_parquet(layout.EMBEDDINGS.file(model_id, dataset), frame)
         yield dg.MaterializeResult(metadata=_embedding_metadata(encoder, run, dataset, path, sha))
         yield checkpoint_audit_result(encoder.report)
 
-    assets = [image_embeddings]
-    if dual:
-        assets.append(_zero_shot_asset(model_partitions(dual, datasets)))
-    return assets
-
-
-def same_model_and_dataset() -> dg.MultiPartitionMapping:
-    """model x dataset -> the same model x dataset of an upstream whose models are a superset."""
-    return dg.MultiPartitionMapping({
-        "dataset": dg.DimensionPartitionMapping("dataset", dg.IdentityPartitionMapping()),
-        "model": dg.DimensionPartitionMapping("model", dg.IdentityPartitionMapping()),
-    })
+    return image_embeddings
 
 
 def _zero_shot_asset(partitions: dg.MultiPartitionsDefinition):
     @dg.asset(
         partitions_def=partitions,
-        deps=[dg.AssetDep("image_embeddings", partition_mapping=same_model_and_dataset())],
+        deps=[dg.AssetDep("image_embeddings", partition_mapping=SAME_MODEL_AND_DATASET)],
         group_name=MODEL_GROUP,
         pool="duckdb",
         kinds={"pytorch", "duckdb"},
@@ -102,32 +105,16 @@ def _zero_shot_asset(partitions: dg.MultiPartitionsDefinition):
     def zero_shot_scores(
         context: dg.AssetExecutionContext, models: ModelHub, storage: FocusStorage
     ) -> dg.MaterializeResult:
-        import torch
+        from focus_dagster.inference.zero_shot import zero_shot_frame
+        from focus_dagster.prompts import PROMPTS_VERSION
 
-        from focus_dagster.prompts import (
-            PROMPTS_VERSION,
-            prompt_pair,
-            zero_shot_probability,
-        )
-
-        model_id, dataset = model_keys(context)
-        labels = pd.read_parquet(storage.artifact_path(labels_export(dataset)))
-        embeddings = pd.read_parquet(storage.artifact_path(embeddings_path(model_id, dataset)))
+        model_id, dataset = model_and_dataset(context)
+        labels = storage.read_labels(dataset)
+        embeddings = storage.read_parquet(layout.EMBEDDINGS.file(model_id, dataset))
         encoder = models.load(model_id, "cpu")
-        image = torch.from_numpy(np.stack(embeddings["embedding"].to_numpy()).astype(np.float32))
-        rows = []
-        for task in [t for t in TASKS if labels[t].notna().any()]:
-            negative, positive = prompt_pair(task)
-            with torch.inference_mode():
-                text = encoder.text([negative, positive]).float()
-            scores = zero_shot_probability(image, text[0], text[1], encoder.logit_scale).numpy()
-            rows.append(pd.DataFrame({"model": model_id, "dataset": dataset, "image_id": embeddings["image_id"],
-                                      "task": task, "score": scores.astype(float), "prompts": PROMPTS_VERSION,
-                                      "pipeline_check_model": encoder.spec.is_pipeline_check,
-                                      "in_pretraining_data": encoder.spec.contamination(dataset)}))
-        frame = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
-        key = f"{model_id}|{dataset}"
-        storage.replace_rows(ZERO_SHOT_SCHEMA, ZERO_SHOT_TABLE, frame.assign(partition=key), "partition", key)
+        frame = zero_shot_frame(encoder, embeddings, defined_tasks(labels), dataset)
+        key = layout.model_dataset_row_key(model_id, dataset)
+        storage.replace_partition(layout.ZERO_SHOT, key, frame.assign(partition=key))
         return dg.MaterializeResult(metadata={
             "dagster/row_count": len(frame),
             "tasks": sorted(frame["task"].unique().tolist()) if len(frame) else [],
@@ -137,6 +124,17 @@ def _zero_shot_asset(partitions: dg.MultiPartitionsDefinition):
         })
 
     return zero_shot_scores
+
+
+def defined_tasks(labels: pd.DataFrame) -> list[str]:
+    """The tasks this dataset's labels define for at least one image."""
+    return [task for task in TASKS if labels[task].notna().any()]
+
+
+def image_files(datasets: DatasetRoots, dataset: str, labels: pd.DataFrame) -> list[tuple[str, str]]:
+    """(image_id, absolute path) of every harmonised image of a dataset."""
+    root = datasets.root(dataset)
+    return [(image_id, str(root / path)) for image_id, path in zip(labels["image_id"], labels["image_path"])]
 
 
 def checkpoint_audit_spec(asset: str) -> dg.AssetCheckSpec:
@@ -156,15 +154,6 @@ def checkpoint_audit_result(report) -> dg.AssetCheckResult:
     )
 
 
-def embeddings_path(model_id: str, dataset: str) -> str:
-    return f"embeddings/{model_id}/{dataset}.parquet"
-
-
-def model_keys(context) -> tuple[str, str]:
-    keys = context.partition_key.keys_by_dimension
-    return keys["model"], keys["dataset"]
-
-
 def _fingerprint_parts(encoder) -> dict:
     from focus_dagster import __version__
 
@@ -178,7 +167,7 @@ def _embedding_metadata(encoder, run, dataset: str, path, sha: str) -> dict:
         "dagster/row_count": len(run.image_ids),
         "path": dg.MetadataValue.path(str(path)),
         "sha256": sha,
-        "dimension": int(run.embeddings.shape[1]) if run.embeddings.size else 0,
+        "dimension": int(run.outputs.shape[1]) if run.outputs.size else 0,
         "dtype": "float32",
         **model_run_metadata(encoder, run, dataset),
     }

@@ -26,9 +26,9 @@ import numpy as np
 
 from focus_dagster.inference.engine import (
     default_workers,
-    embed_images,
     model_input,
     pick_device,
+    run_on_images,
 )
 from focus_dagster.inference.images import to_array
 from focus_dagster.models.spec import Preprocess
@@ -68,8 +68,8 @@ def model_alone(embed, preprocess: Preprocess, device: str, batch: int, seconds:
 
 def pipeline(embed, items, preprocess: Preprocess, device: str, batch: int) -> float:
     with tempfile.TemporaryDirectory() as work:
-        run = embed_images(embed, items, preprocess, work_dir=Path(work), fingerprint="bench", device=device,
-                           batch_size=batch, shard_size=len(items))
+        run = run_on_images(embed, items, preprocess, work_dir=Path(work), fingerprint="bench", device=device,
+                            batch_size=batch, shard_size=len(items))
     assert not run.failed, run.failed
     return run.images_per_second
 

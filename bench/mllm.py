@@ -81,7 +81,7 @@ def main(argv=None) -> dict:
 
     import torch
 
-    from focus_dagster.inference.yes_no import VALUES
+    from focus_dagster.inference.yes_no import VALUES, yes_no_scorer
     from focus_dagster.models.catalog import CATALOG
     from focus_dagster.models.loaders.mllm import load_mllm
     from focus_dagster.models.spec import ModelSpec
@@ -97,7 +97,7 @@ def main(argv=None) -> dict:
         questions = [QuestionBook().question(task, "brset").text for task in TASKS]
         pixels = fundus_pixels(args.images, spec.preprocess.size)
 
-        fast_seconds, fast = batched(loaded.scorer(questions), pixels, args.batch)
+        fast_seconds, fast = batched(yes_no_scorer(loaded, questions), pixels, args.batch)
         slow_seconds, slow, generated = reference_loop(loaded, questions, pixels)
         # A trained model usually stops after "Yes." (end of turn): the loop with a 2-token answer is the
         # reference's best case, so the batching gain alone is shown too.

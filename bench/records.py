@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from focus_dagster.datasets import read_dataset
+from focus_dagster.datasets.images import IMAGE_CHECKS
 from focus_dagster.datasets.release import fingerprint_dataset
 from focus_dagster.synthetic import is_synthetic_root, read_manifest, synthesize
 
@@ -44,7 +45,7 @@ def main() -> None:
 
     root, synth_seconds = ensure_look_alike(args.out, args.rows)
     print(f"look-alike: {root} ({args.rows} label rows)" + (f", written in {synth_seconds:.1f}s" if synth_seconds else ", reused"))
-    for check in ("none", "header", "full"):
+    for check in IMAGE_CHECKS:
         result, seconds = timed(lambda check=check: read_dataset("brset", root, image_check=check), repeat=2 if check != "full" else 1)
         assert result.rows_read == args.rows, result.accounting_line()
         print(f"read (image_check={check:<6}) {seconds:6.2f}s  {args.rows / seconds:9.0f} rows/s")

@@ -12,7 +12,7 @@ import dagster as dg
 
 from focus_dagster.labels import RULES
 from focus_dagster.labels import expectations as gx_checks
-from resources import FocusStorage
+from resources import FocusStorage, layout
 
 LABELS = dg.AssetKey("harmonised_labels")
 
@@ -26,12 +26,12 @@ class LabelCheck:
 
 
 def _labels(storage: FocusStorage, key: str):
-    return storage.read_table("labels", "harmonised", "dataset = ?", [key])
+    return storage.read_partition(layout.LABELS, key)
 
 
 def _rule_consistency(storage: FocusStorage, key: str):
     labels = _labels(storage, key)
-    records = storage.read_table("records", key)
+    records = storage.read_records(key)
     recomputed = RULES[key].task_labels(records)
     recomputed.insert(0, "image_id", records["image_id"].astype(str))
     recomputed = recomputed[recomputed["image_id"].isin(set(labels["image_id"]))]
@@ -39,10 +39,8 @@ def _rule_consistency(storage: FocusStorage, key: str):
 
 
 def _row_accounting(storage: FocusStorage, key: str):
-    records_in = len(storage.read_table("records", key)) + len(
-        storage.read_table("records", "quarantine", "dataset = ?", [key])
-    )
-    rejects = storage.read_table("labels", "rejects", "dataset = ?", [key])
+    records_in = len(storage.read_records(key)) + len(storage.read_partition(layout.QUARANTINE, key))
+    rejects = storage.read_partition(layout.LABEL_REJECTS, key)
     return gx_checks.check_row_accounting(records_in, len(_labels(storage, key)), len(rejects))
 
 

@@ -3,7 +3,7 @@
 
 import dagster as dg
 
-from resources import FocusStorage
+from resources import FocusStorage, layout
 
 # Above WARN_RATE quarantined rows the copy deserves a look; above ERROR_RATE it is broken (an image folder
 # missing, the wrong release) and the check blocks everything downstream of the partition.
@@ -25,8 +25,8 @@ def build_record_checks(dataset_records: dg.AssetsDefinition, partitions: dg.Par
     )
     def quarantine_rate(context: dg.AssetCheckExecutionContext, storage: FocusStorage) -> dg.AssetCheckResult:
         key = context.partition_key
-        kept = int(storage.read_table("records", key).shape[0])
-        quarantine = storage.read_table("records", "quarantine", "dataset = ?", [key])
+        kept = int(storage.read_records(key).shape[0])
+        quarantine = storage.read_partition(layout.QUARANTINE, key)
         return quarantine_result(kept, quarantine["reason_code"].value_counts().to_dict())
 
     return [quarantine_rate]

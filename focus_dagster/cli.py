@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 from pathlib import Path
 
+from focus_dagster.datasets.images import DEFAULT_IMAGE_CHECK, IMAGE_CHECKS
 from focus_dagster.errors import FocusError
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-UI_HOST, UI_PORT = "127.0.0.1", 3000
+from focus_dagster.instance import REPO_ROOT, UI_HOST, UI_PORT, prepare_dagster_home
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     records.add_argument("--root", required=True, type=Path, help="the dataset's root folder")
     records.add_argument("--out", required=True, type=Path, help="output file: .csv or .parquet")
     records.add_argument("--quarantine", type=Path, help="also write the quarantined rows (.csv or .parquet)")
-    records.add_argument("--image-check", choices=["none", "header", "full"], default="header")
+    records.add_argument("--image-check", choices=list(IMAGE_CHECKS), default=DEFAULT_IMAGE_CHECK)
     records.set_defaults(run=cmd_records)
 
     labels = sub.add_parser("labels", help="harmonise one dataset's labels and splits (no Dagster needed)")
@@ -156,7 +154,7 @@ def cmd_release(args) -> int:
 
 def cmd_models(args) -> int:
     from focus_dagster.config import load_config
-    from focus_dagster.models.catalog import weights_available
+    from focus_dagster.models.catalog import SELF_BUILDING_FAMILIES, weights_available
     from focus_dagster.models.selection import resolve_models
 
     config = load_config()
@@ -168,13 +166,14 @@ def cmd_models(args) -> int:
 
         specs = [selected.get(model_id, spec) for model_id, spec in CATALOG.items()]
         specs += [spec for model_id, spec in selected.items() if model_id not in CATALOG]
-    print(f"{'model':<28} {'iface':<5} {'domain':<14} {'family':<18} {'selected':<8} weights")
+    print(f"{'model':<28} {'iface':<5} {'domain':<14} {'family':<18} {'hub id':<44} {'revision':<12} "
+          f"{'selected':<8} weights")
     for spec in specs:
         available, where = weights_available(spec)
-        built_in = spec.family in ("tiny_vit", "tiny_clip", "tiny_llava")
+        built_in = spec.family in SELF_BUILDING_FAMILIES
         state = "built on first use" if built_in else ("here: " if available else "MISSING: ") + where
-        print(f"{spec.id:<28} {spec.interface:<5} {spec.domain:<14} {spec.family:<18} "
-              f"{'yes' if spec.id in selected else '':<8} {state}")
+        print(f"{spec.id:<28} {spec.interface:<5} {spec.domain:<14} {spec.family:<18} {spec.source:<44} "
+              f"{spec.revision or '-':<12} {'yes' if spec.id in selected else '':<8} {state}")
     return 0
 
 
@@ -222,17 +221,6 @@ def cmd_trace(args) -> int:
     result = trace(args.metric_id, config, prepare_dagster_home(config))
     print(json.dumps(result, indent=2, default=str) if args.json else format_trace(result))
     return 0
-
-
-def prepare_dagster_home(config) -> Path:
-    """DAGSTER_HOME under FOCUS_HOME, configured by the repository's dagster.yaml (an explicit DAGSTER_HOME wins)."""
-    explicit = os.environ.get("DAGSTER_HOME")
-    if explicit:
-        return Path(explicit)
-    home = config.dagster_home
-    home.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
-    return home
 
 
 def write_frame(frame, path: Path) -> None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from focus_dagster.datasets.base import IMAGE_CHECKS
+from focus_dagster.datasets.images import DEFAULT_IMAGE_CHECK, IMAGE_CHECKS
 from focus_dagster.datasets.registry import DATASET_KEYS
 from focus_dagster.errors import ConfigError
 
@@ -56,7 +56,7 @@ class FocusConfig:
     synthetic: SyntheticSettings = field(default_factory=SyntheticSettings)
     observe_cron: str = DEFAULT_OBSERVE_CRON
     content_hash: bool = False
-    image_check: str = "header"
+    image_check: str = DEFAULT_IMAGE_CHECK
     splits_dir: Path | None = None  # published split files; None = native or seeded splits
     split_seed: int = 0
     models: tuple | None = None  # model entries of focus.yaml (ids or mappings); None = the default models
@@ -101,6 +101,22 @@ class FocusConfig:
         root = self.roots[key]
         return root if root is not None else self.synthetic_dir / key
 
+    def to_document(self) -> dict:
+        """This configuration as a focus.yaml document, paths absolute: `parse_config(doc, home)` gives it back."""
+        document = {
+            "datasets": {key: str(root) if root is not None else SYNTHETIC for key, root in self.roots.items()},
+            "synthetic": {"per_dataset": self.synthetic.per_dataset, "seed": self.synthetic.seed,
+                          "scale": self.synthetic.scale},
+            "release": {"observe_cron": self.observe_cron, "content_hash": self.content_hash},
+            "splits": {"seed": self.split_seed, **({"dir": str(self.splits_dir)} if self.splits_dir else {})},
+            "image_check": self.image_check,
+        }
+        if self.models is not None:
+            document["models"] = list(self.models)
+        if self.questions is not None:
+            document["questions"] = dict(self.questions)
+        return document
+
 
 def load_config(environ: Mapping[str, str] | None = None) -> FocusConfig:
     """Resolve FOCUS_HOME and FOCUS_CONFIG from the environment into a `FocusConfig`."""
@@ -133,7 +149,7 @@ def parse_config(raw: Any, home: Path, source: Path | None = None) -> FocusConfi
     splits_dir = (base / Path(str(splits["dir"])).expanduser()).resolve() if splits.get("dir") else None
     if splits_dir is not None and not splits_dir.is_dir():
         raise ConfigError(f"{where}: splits.dir {splits_dir} is not a folder.")
-    image_check = raw.get("image_check", "header")
+    image_check = raw.get("image_check", DEFAULT_IMAGE_CHECK)
     if image_check not in IMAGE_CHECKS:
         raise ConfigError(f"{where}: image_check must be one of {list(IMAGE_CHECKS)}, got {image_check!r}.")
     return FocusConfig(

@@ -10,7 +10,9 @@ import os
 import time
 
 from focus_dagster.config import load_config
+from focus_dagster.instance import UI_HOST, UI_PORT, prepare_dagster_home
 from focus_dagster.models.selection import resolve_models
+from resources import layout
 
 # The run logs stay complete in the instance (and the UI); the terminal gets one line per dataset.
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
@@ -25,16 +27,12 @@ def _say(line: str) -> None:
 def run_demo() -> int:
     import dagster as dg
 
-    from focus_dagster.cli import UI_HOST, UI_PORT, prepare_dagster_home
-    from focus_dagster.definitions import (
-        DATA_LAYER_JOB,
-        ENCODER_JOB,
-        OBSERVE_JOB,
-        SUMMARY_JOB,
-        TOKEN_PROBABILITIES_JOB,
-        ZERO_SHOT_JOB,
-        build_definitions,
-    )
+    from assets.datasets import OBSERVE_JOB
+    from assets.evaluation import ENCODER_JOB, SUMMARY_JOB
+    from assets.labels import DATA_LAYER_JOB
+    from assets.mllm import TOKEN_PROBABILITIES_JOB
+    from assets.models import ZERO_SHOT_JOB
+    from focus_dagster.definitions import build_definitions
 
     config = load_config()
     dagster_home = prepare_dagster_home(config)
@@ -74,7 +72,7 @@ def run_demo() -> int:
         failures += [] if summary.success else [f"{SUMMARY_JOB}: {_failure_message(summary)}"]
         _say("cross-dataset matrix and leaderboard")
         overhead = dagster_overhead(instance, since=wall_started)
-    _print_leaderboard(config)
+    _print_leaderboard(defs)
     wall = time.perf_counter() - started
     print(f"  Dagster overhead: runs took {overhead['run_seconds']:.1f}s, their steps computed for "
           f"{overhead['step_seconds']:.1f}s: {overhead['overhead']:.0%} orchestration inside runs (target <= 30%); "
@@ -82,10 +80,9 @@ def run_demo() -> int:
           "creation, this summary)")
     print(f"done in {wall:.1f}s" + (f"; FAILED: {', '.join(failures)}" if failures else ""))
     print(f"  tables:    {config.database}")
-    print("             records.<dataset>, records.quarantine, records.unlisted_images, labels.harmonised, labels.rejects,"
-          "\n             predictions.zero_shot, predictions.samples, predictions.unavailable, metrics.values")
-    print(f"  artifacts: {config.artifacts}  (labels/<dataset>.parquet, embeddings/<model>/<dataset>.parquet,"
-          "\n             questions/<dataset>.parquet, token_probabilities/<model>/<dataset>.parquet)")
+    print(f"             {layout.records_table('<dataset>')}, " + ", ".join(map(str, layout.TABLES)))
+    print(f"  artifacts: {config.artifacts}")
+    print("             " + ", ".join(layout.ARTIFACTS))
     print(f"  instance:  {dagster_home}")
     print(f"  open the UI: make ui   (http://{UI_HOST}:{UI_PORT}, lineage graph and every run above)")
     return 1 if failures else 0
@@ -93,7 +90,7 @@ def run_demo() -> int:
 
 def _run_evaluation(defs, datasets: list[str], instance) -> list[str]:
     """Predictions and metric tables per dataset; one line with the totals."""
-    from focus_dagster.definitions import EVALUATION_JOB
+    from assets.evaluation import EVALUATION_JOB
 
     job, failures, rows = defs.resolve_job_def(EVALUATION_JOB), [], 0
     for dataset in datasets:
@@ -128,26 +125,22 @@ def dagster_overhead(instance, since: float = 0.0) -> dict:
     return {"run_seconds": run_seconds, "step_seconds": step_seconds, "overhead": overhead}
 
 
-def _print_leaderboard(config) -> None:
+def _print_leaderboard(defs) -> None:
     """The best configuration per method and task, and one trace command to try."""
     import duckdb
 
-    if not config.database.exists():
+    from focus_dagster.evaluation.leaderboard import top_configurations
+
+    try:
+        best = top_configurations(defs.resources["storage"].read_table(layout.METRICS), top=1)
+    except duckdb.CatalogException:  # no metric table: every evaluation failed, and the summary said so
         return
-    with duckdb.connect(str(config.database), read_only=True) as con:
-        try:
-            best = con.execute(
-                "SELECT method, task, model, dataset, coalesce(train_dataset, '') AS trained_on, value, ci_low, ci_high, "
-                "metric_id FROM metrics.values WHERE metric = 'auroc' AND \"group\" = '' AND value IS NOT NULL "
-                "QUALIFY row_number() OVER (PARTITION BY method, task ORDER BY value DESC) = 1 ORDER BY method, task"
-            ).df()
-        except duckdb.Error:
-            return
     if best.empty:
         return
     print("  leaderboard (best test AUROC per method and task; pipeline-check models test plumbing only):")
     for row in best.itertuples():
-        trained = f" trained on {row.trained_on}" if row.trained_on and row.trained_on != row.dataset else ""
+        trained_on = row.train_dataset if isinstance(row.train_dataset, str) else ""
+        trained = f" trained on {trained_on}" if trained_on and trained_on != row.dataset else ""
         print(f"    {row.method:<13} {row.task:<13} {row.value:.3f} ({row.ci_low:.3f}-{row.ci_high:.3f})  "
               f"{row.model} on {row.dataset}{trained}  {row.metric_id}")
     print(f"  trace any number: .venv/bin/focus trace {best['metric_id'].iloc[0]}   (--json for machines)")

@@ -1,9 +1,9 @@
 """`focus trace METRIC_ID`: the chain behind one number, from the metric row back to the files on disk.
 
-Like `demo.py`, this is wiring: it reads the metric row from DuckDB and walks the Dagster instance's event
-log upstream, one link per asset:
+Like `demo.py`, this is wiring: it reads the metric row from DuckDB (read-only, so a running UI is not
+disturbed) and walks the Dagster instance's event log upstream, one link per asset:
 
-    metric row (metrics.values)             the value, its interval, the run that computed it
+    metric row                              the value, its interval, the run that computed it
     predictions partition                   the run that assembled the per-sample rows, their content version
     model output partition                  probe / zero-shot / yes-no run, weights hash, checkpoint audit
     labels partition                        the label rule id and split method used
@@ -19,6 +19,8 @@ import json
 from typing import Any
 
 from focus_dagster.errors import FocusError
+from focus_dagster.instance import latest_materialization, latest_observation
+from resources import layout
 
 
 class TraceError(FocusError):
@@ -46,12 +48,12 @@ def _metric_row(metric_id: str, config) -> dict:
         raise TraceError(f"no metric tables yet at {config.database}: run `make demo` or materialise `metrics`.")
     try:
         with duckdb.connect(str(config.database), read_only=True) as con:
-            rows = con.execute("SELECT * FROM metrics.values WHERE metric_id = ?", [metric_id]).df()
+            rows = con.execute(f"SELECT * FROM {layout.METRICS} WHERE metric_id = ?", [metric_id]).df()
     except duckdb.Error as exc:
         raise TraceError(f"cannot read {config.database} ({exc}); if `dagster dev` is writing to it, try again "
                          "when its runs have finished.") from exc
     if rows.empty:
-        raise TraceError(f"metric id {metric_id!r} is not in metrics.values ({config.database}); ids are shown in "
+        raise TraceError(f"metric id {metric_id!r} is not in {layout.METRICS} ({config.database}); ids are shown in "
                          "the leaderboard and in every metric row.")
     return {k: (None if _missing(v) else v) for k, v in rows.iloc[0].to_dict().items()}
 
@@ -65,8 +67,6 @@ def _missing(value) -> bool:
 
 def _latest(instance, asset: str, partition: str | None, observation: bool = False) -> dict:
     """The latest materialisation (or observation) of an asset partition as plain data; {} when there is none."""
-    from assets.lineage import latest_materialization, latest_observation
-
     produced = (latest_observation if observation else latest_materialization)(instance, asset, partition)
     if produced is None:
         return {}
@@ -87,16 +87,20 @@ def _run(instance, run_id: str | None) -> dict:
 def _metric_link(row: dict, instance) -> dict:
     fields = ("model", "dataset", "task", "method", "train_dataset", "axis", "metric", "group", "value", "ci_low",
               "ci_high", "n", "n_pos", "reason", "code_version")
-    return {"link": "metric", "asset": "cross_dataset_metrics" if row["partition"] == "cross" else "metrics",
+    return {"link": "metric", "asset": "cross_dataset_metrics" if _is_cross(row) else "metrics",
             "partition": row["partition"], **{k: row.get(k) for k in fields}, "run": _run(instance, row["run_id"])}
 
 
 def _predictions_link(row: dict, instance) -> dict:
-    asset = "cross_dataset_metrics" if row["partition"] == "cross" else "predictions"
-    latest = _latest(instance, asset, None if row["partition"] == "cross" else row["dataset"])
+    asset = "cross_dataset_metrics" if _is_cross(row) else "predictions"
+    latest = _latest(instance, asset, None if _is_cross(row) else row["dataset"])
     return {"link": "predictions", "asset": asset, "partition": row["partition"],
             "predictions_version": row.get("predictions_version"), "run": _run(instance, row.get("predictions_run_id")),
             "current": bool(latest) and latest["run_id"] == row.get("predictions_run_id")}
+
+
+def _is_cross(row: dict) -> bool:
+    return row["partition"] == layout.CROSS_PARTITION
 
 
 def _model_links(row: dict, instance) -> list[dict]:
@@ -104,7 +108,7 @@ def _model_links(row: dict, instance) -> list[dict]:
     dataset = row.get("train_dataset") or row["dataset"]
     links = []
     for asset in _model_assets(row):
-        partition = dataset if asset == "yes_no_questions" else f"{dataset}|{row['model']}"
+        partition = dataset if asset == "yes_no_questions" else str(layout.model_dataset_key(row["model"], dataset))
         latest = _latest(instance, asset, partition)
         meta = latest.get("metadata", {})
         audit = meta.get("checkpoint_audit") if isinstance(meta.get("checkpoint_audit"), dict) else {}

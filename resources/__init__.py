@@ -1,7 +1,17 @@
-"""Dagster resources: where tables and artifacts are stored, and where each dataset is read from."""
+"""Dagster resources: where tables and artifacts are stored, where each dataset is read from, which models run."""
 
+from resources import layout
 from resources.data import DatasetRoots
 from resources.models import ModelHub
 from resources.storage import FocusStorage
 
-__all__ = ["DatasetRoots", "FocusStorage", "ModelHub"]
+__all__ = ["DatasetRoots", "FocusStorage", "ModelHub", "focus_resources", "layout"]
+
+
+def focus_resources(config) -> dict:
+    """The resources every asset step asks for, built from one configuration."""
+    return {
+        "datasets": DatasetRoots.from_config(config),
+        "models": ModelHub.from_config(config),
+        "storage": FocusStorage.from_config(config),
+    }

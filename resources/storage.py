@@ -2,20 +2,23 @@
 
 DuckDB admits one writing process at a time, so a connection is opened only to move finished data in
 or out and closed straight away; every asset step that uses it sits in the `duckdb` pool (limit 1).
+Tables and paths are named by `resources.layout`; this class only moves data.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pandas as pd
 from dagster import ConfigurableResource
 from dagster_duckdb import DuckDBResource
+
+from focus_dagster.files import atomic_path, file_sha256
+from resources import layout
+from resources.layout import Table
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*$")
 
@@ -26,6 +29,10 @@ class FocusStorage(ConfigurableResource):
     duckdb: DuckDBResource
     artifacts_dir: str
 
+    @classmethod
+    def from_config(cls, config) -> FocusStorage:
+        return cls(duckdb=DuckDBResource(database=str(config.database)), artifacts_dir=str(config.artifacts))
+
     @contextmanager
     def connect(self) -> Iterator:
         Path(self.duckdb.database).parent.mkdir(parents=True, exist_ok=True)
@@ -35,56 +42,74 @@ class FocusStorage(ConfigurableResource):
             finally:
                 con.close()
 
-    def replace_table(self, schema: str, table: str, frame: pd.DataFrame) -> str:
-        """Replace `schema.table` with `frame` in one transaction; returns the qualified name."""
-        name = _qualified(schema, table)
+    # ------------------------------------------------------------------------------------------- tables
+
+    def replace_table(self, table: Table, frame: pd.DataFrame) -> str:
+        """Replace the whole table with `frame` in one transaction; returns the qualified name."""
+        name = _qualified(table)
+        return self._replace(table, frame, [(f"DROP TABLE IF EXISTS {name}", []), (create_table_sql(name, frame), [])])
+
+    def replace_partition(self, table: Table, partition: str, frame: pd.DataFrame) -> str:
+        """Replace the rows of one partition of a shared table (its `partition_column` equals `partition`)."""
+        name = _qualified(table)
+        return self._replace(table, frame, [
+            (create_table_sql(name, frame, if_not_exists=True), []),
+            (f"DELETE FROM {name} WHERE {_partition_column(table)} = ?", [partition]),
+        ])
+
+    def _replace(self, table: Table, frame: pd.DataFrame, statements: list[tuple[str, list]]) -> str:
+        """In one transaction: run `statements` (which make room), then insert `frame` by column name."""
+        name = _qualified(table)
         with self.connect() as con:
-            con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {table.schema}")
             con.register("incoming", frame)
             con.execute("BEGIN TRANSACTION")
-            con.execute(f"DROP TABLE IF EXISTS {name}")
-            con.execute(create_table_sql(name, frame))
+            for sql, params in statements:
+                con.execute(sql, params)
             con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM incoming")
             con.execute("COMMIT")
             con.unregister("incoming")
         return name
 
-    def replace_rows(self, schema: str, table: str, frame: pd.DataFrame, key: str, value: str) -> str:
-        """Replace the rows of `schema.table` whose `key` equals `value` (one partition of a shared table)."""
-        name = _qualified(schema, table)
+    def read_table(self, table: Table) -> pd.DataFrame:
+        return self._select(table)
+
+    def read_partition(self, table: Table, partition: str) -> pd.DataFrame:
+        """The rows of one partition of a shared table."""
+        return self._select(table, f"{_partition_column(table)} = ?", [partition])
+
+    def read_records(self, dataset: str) -> pd.DataFrame:
+        return self.read_table(layout.records_table(dataset))
+
+    def _select(self, table: Table, where: str | None = None, params: list | None = None) -> pd.DataFrame:
+        query = f"SELECT * FROM {_qualified(table)}" + (f" WHERE {where}" if where else "")
         with self.connect() as con:
-            con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-            con.register("incoming", frame)
-            con.execute("BEGIN TRANSACTION")
-            con.execute(create_table_sql(name, frame, if_not_exists=True))
-            con.execute(f"DELETE FROM {name} WHERE {key} = ?", [value])
-            con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM incoming")
-            con.execute("COMMIT")
-            con.unregister("incoming")
-        return name
+            return con.execute(query, params or []).df()
+
+    # ---------------------------------------------------------------------------------------- artifacts
 
     def artifact_path(self, rel: str) -> Path:
         return Path(self.artifacts_dir) / rel
 
-    def write_parquet(self, rel: str, frame: pd.DataFrame) -> tuple[Path, str]:
-        """Write a frame under the artifact store atomically (temp file + rename); returns path and sha256."""
+    def write_artifact(self, rel: str, write: Callable[[Path], None], suffix: str = "") -> tuple[Path, str]:
+        """Write an artifact atomically (`write` fills a temporary path); returns its path and sha256."""
         path = self.artifact_path(rel)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        frame.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
+        with atomic_path(path, suffix) as partial:
+            write(partial)
         return path, file_sha256(path)
 
-    def read_table(self, schema: str, table: str, where: str | None = None, params: list | None = None) -> pd.DataFrame:
-        name = _qualified(schema, table)
-        query = f"SELECT * FROM {name}" + (f" WHERE {where}" if where else "")
-        with self.connect() as con:
-            return con.execute(query, params or []).df()
+    def write_parquet(self, rel: str, frame: pd.DataFrame) -> tuple[Path, str]:
+        return self.write_artifact(rel, lambda partial: frame.to_parquet(partial, index=False))
 
+    def read_parquet(self, rel: str) -> pd.DataFrame:
+        return pd.read_parquet(self.artifact_path(rel))
 
-def file_sha256(path: Path) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+    def read_labels(self, dataset: str) -> pd.DataFrame:
+        """The harmonised labels of one dataset, from the Parquet copy (no DuckDB connection needed)."""
+        return self.read_parquet(layout.labels_file(dataset))
+
+    def has_labels(self, dataset: str) -> bool:
+        return self.artifact_path(layout.labels_file(dataset)).exists()
 
 
 def create_table_sql(name: str, frame: pd.DataFrame, if_not_exists: bool = False) -> str:
@@ -109,8 +134,14 @@ def duckdb_type(dtype) -> str:
     return "VARCHAR"
 
 
-def _qualified(schema: str, table: str) -> str:
-    for part in (schema, table):
+def _qualified(table: Table) -> str:
+    for part in (table.schema, table.name):
         if not _IDENTIFIER.match(part):
             raise ValueError(f"{part!r} is not a plain lower-case SQL identifier")
-    return f"{schema}.{table}"
+    return table.qualified
+
+
+def _partition_column(table: Table) -> str:
+    if table.partition_column is None:
+        raise ValueError(f"{table} holds one partition only; replace or read it whole")
+    return table.partition_column

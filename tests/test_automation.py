@@ -6,7 +6,9 @@ import dagster as dg
 import pytest
 
 from focus_dagster.config import FocusConfig
-from focus_dagster.definitions import DATA_LAYER_JOB, OBSERVE_JOB, build_definitions
+from assets.datasets import OBSERVE_JOB
+from assets.labels import DATA_LAYER_JOB
+from focus_dagster.definitions import build_definitions
 from tests.conftest import copy_tree
 
 RECORDS = dg.AssetKey("dataset_records")

@@ -74,5 +74,10 @@ def test_models_lists_the_catalog_with_availability(monkeypatch, tmp_path, capsy
     assert "MISSING" in lines["medgemma_27b"] and "models--google--medgemma-27b-it" in lines["medgemma_27b"]
     assert "yes" in lines["efficientnet_lite0"] and "here" in lines["efficientnet_lite0"]
     assert "built on first use" in lines["tiny_clip"]
+    # The hub id as users search for it (shared/protocol.md), in a column of its own, then the revision.
+    header = out.splitlines()[0].split()
+    assert header[4:7] == ["hub", "id", "revision"]
+    assert lines["vit_large"].split()[4:6] == ["google/vit-large-patch16-224", "-"]
+    assert lines["medgemma_27b"].split()[4] == "google/medgemma-27b-it"
     assert main(["models", "--selected"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1 + 3  # the default models

@@ -61,3 +61,38 @@ def test_missing_config_file_and_unregistered_dataset(tmp_path):
     config = parse_config({"datasets": {"brset": "/x"}}, tmp_path)
     with pytest.raises(ConfigError, match="'idrid' is not registered"):
         config.root_of("idrid")
+
+
+def test_a_configuration_survives_its_own_document(tmp_path):
+    """What the resources carry (the document) gives back the very configuration it came from."""
+    import dataclasses
+    import json
+
+    (tmp_path / "splits").mkdir()
+    path = tmp_path / "focus.yaml"
+    path.write_text(
+        "datasets: {papila: data/papila, idrid: synthetic}\n"
+        "synthetic: {per_dataset: 33, seed: 4, scale: 0.05}\n"
+        "release: {observe_cron: '0 5 * * 1', content_hash: true}\n"
+        "splits: {dir: splits, seed: 9}\n"
+        "image_check: full\n"
+        "models: [efficientnet_lite0, {id: tiny_clip, path: /w/clip}]\n"
+        "questions: {version: site-1, tasks: {gon: 'Glaucoma? Answer with yes or no only.'}}\n"
+    )
+    config = load_config({"FOCUS_HOME": str(tmp_path / "home"), "FOCUS_CONFIG": str(path)})
+    document = json.loads(json.dumps(config.to_document()))  # as a resource stores it
+    again = parse_config(document, tmp_path / "home")
+    assert again == dataclasses.replace(config, source=None)
+    assert again.roots["papila"] == tmp_path / "data" / "papila" and again.splits_dir == tmp_path / "splits"
+    assert again.synthetic.per_dataset == 33 and again.image_check == "full" and again.content_hash
+
+
+def test_the_resources_read_the_settings_of_the_configuration(tmp_path):
+    """DatasetRoots holds the configuration itself, so every setting has one default: the configuration's."""
+    from resources import DatasetRoots
+
+    config = parse_config({"datasets": {"brset": "synthetic"}}, tmp_path / "home")
+    roots = DatasetRoots.from_config(config)
+    assert roots.config == config
+    assert roots.config.synthetic.per_dataset == load_config({"FOCUS_HOME": str(tmp_path)}).synthetic.per_dataset
+    assert roots.is_synthetic("brset") and not roots.config.splits_dir

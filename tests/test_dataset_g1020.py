@@ -33,14 +33,9 @@ def save(root, frame: pd.DataFrame) -> None:
     frame.to_csv(root / LABELS, index=False)
 
 
-def test_round_trip_matches_what_synth_wrote(g1020):
-    root, manifest = g1020
-    result = read_dataset("g1020", root)
-    assert result.rows_read == manifest.label_rows == manifest.images_written
-    assert len(result.records) == manifest.expected_kept
-    assert result.quarantine_counts() == manifest.expected_quarantine
-    assert len(result.unlisted_images) == manifest.unlisted_images
-    records = result.records
+def test_image_ids_are_file_stems_and_labels_binary(g1020):
+    root, _ = g1020
+    records = read_dataset("g1020", root).records
     assert records["image_id"].str.fullmatch(r"image_\d+").all()
     assert (records["image_path"] == "G1020/Images/" + records["image_id"] + ".jpg").all()
     assert records["patient_id"].isna().all()

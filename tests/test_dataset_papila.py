@@ -39,14 +39,9 @@ def edit_sheet(path, edit):
     workbook.save(path)
 
 
-def test_round_trip_matches_what_synth_wrote(papila):
-    root, manifest = papila
-    result = read_dataset("papila", root)
-    assert result.rows_read == manifest.label_rows == manifest.images_written
-    assert len(result.records) == manifest.expected_kept
-    assert result.quarantine_counts() == manifest.expected_quarantine == {}
-    assert len(result.unlisted_images) == manifest.unlisted_images == 0
-    assert result.label_files == [EYE_FILES["OD"], EYE_FILES["OS"]]
+def test_label_files_are_the_two_eye_workbooks(papila):
+    root, _ = papila
+    assert read_dataset("papila", root).label_files == [EYE_FILES["OD"], EYE_FILES["OS"]]
 
 
 def test_two_header_rows_are_flattened_to_published_names(papila):

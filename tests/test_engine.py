@@ -1,4 +1,4 @@
-"""The inference engine: embeddings, bad images, kill-and-resume, invalidation, out-of-memory halving."""
+"""The batched runner over images: outputs in order, bad images, kill-and-resume, invalidation, OOM halving."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from focus_dagster.inference.engine import embed_images
+from focus_dagster.inference.engine import run_on_images
 from focus_dagster.inference.images import preprocess_file, resize_for
 from focus_dagster.models.spec import Preprocess
 
@@ -31,21 +31,21 @@ def items(synth_all):
 def run(items, tmp_path, **kwargs):
     options = dict(work_dir=tmp_path / "shards", fingerprint="model-a", num_workers=0, shard_size=5)
     options.update(kwargs)
-    return embed_images(toy_embed, items, PRE, **options)
+    return run_on_images(toy_embed, items, PRE, **options)
 
 
-def test_embeddings_have_one_row_per_image_in_order(items, tmp_path):
+def test_outputs_have_one_row_per_image_in_order(items, tmp_path):
     result = run(items, tmp_path)
     assert result.image_ids == [i for i, _ in items]
-    assert result.embeddings.shape == (len(items), 8) and result.device == "cpu"
+    assert result.outputs.shape == (len(items), 8) and result.device == "cpu"
     direct = toy_embed(torch.from_numpy(preprocess_file(items[3][1], PRE))[None]).numpy()[0]
-    assert np.allclose(result.embeddings[3], direct, atol=1e-5)
+    assert np.allclose(result.outputs[3], direct, atol=1e-5)
 
 
 def test_worker_processes_give_the_same_numbers(items, tmp_path):
     serial = run(items, tmp_path / "a")
     parallel = run(items, tmp_path / "b", num_workers=2, batch_size=4)
-    assert np.allclose(serial.embeddings, parallel.embeddings, atol=1e-5)
+    assert np.allclose(serial.outputs, parallel.outputs, atol=1e-5)
 
 
 def test_an_unreadable_image_is_recorded_and_the_rest_continue(items, tmp_path):
@@ -62,7 +62,7 @@ def test_a_killed_run_resumes_without_redoing_finished_shards(items, tmp_path):
     resumed = run(items, tmp_path)
     assert resumed.shards_reused == 2 and resumed.shards_computed == len(range(0, len(items), 5)) - 2
     fresh = run(items, tmp_path / "fresh")
-    assert resumed.image_ids == fresh.image_ids and np.allclose(resumed.embeddings, fresh.embeddings)
+    assert resumed.image_ids == fresh.image_ids and np.allclose(resumed.outputs, fresh.outputs)
 
 
 def test_a_changed_model_or_image_set_invalidates_shards(items, tmp_path):
@@ -83,10 +83,10 @@ def test_out_of_memory_halves_the_batch(items, tmp_path):
             raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
         return toy_embed(pixels)
 
-    result = embed_images(picky, items[:10], PRE, work_dir=tmp_path, fingerprint="x", num_workers=0,
-                          batch_size=16, shard_size=10)
+    result = run_on_images(picky, items[:10], PRE, work_dir=tmp_path, fingerprint="x", num_workers=0,
+                           batch_size=16, shard_size=10)
     assert result.batch_size == 4 and seen[:3] == [10, 8, 4]
-    assert result.embeddings.shape == (10, 8)
+    assert result.outputs.shape == (10, 8)
 
 
 def test_reduced_jpeg_decoding_matches_a_full_decode(tmp_path):

@@ -10,17 +10,12 @@ import pandas as pd
 import pytest
 
 from focus_dagster.config import FocusConfig
-from focus_dagster.definitions import (
-    DATA_LAYER_JOB,
-    EMBEDDINGS_JOB,
-    EVALUATION_JOB,
-    OBSERVE_JOB,
-    PROBES_JOB,
-    SUMMARY_JOB,
-    TOKEN_PROBABILITIES_JOB,
-    ZERO_SHOT_JOB,
-    build_definitions,
-)
+from assets.datasets import OBSERVE_JOB
+from assets.evaluation import EVALUATION_JOB, PROBES_JOB, SUMMARY_JOB
+from assets.labels import DATA_LAYER_JOB
+from assets.mllm import TOKEN_PROBABILITIES_JOB
+from assets.models import EMBEDDINGS_JOB, ZERO_SHOT_JOB
+from focus_dagster.definitions import build_definitions
 from tests.conftest import copy_tree
 
 DATASETS = ("brset", "papila", "idrid")

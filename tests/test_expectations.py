@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from focus_dagster.labels import expectations as checks
+from focus_dagster.labels import gx
 
 PER_SPLIT = 40  # enough positives and negatives per split for the default min_positives=10
 
@@ -127,6 +128,15 @@ def test_label_values_accepts_empty_labels_and_metadata(labels):
         labels.loc[3, column] = pd.NA
     labels.loc[3, ["sex", "quality", "eye"]] = None
     assert checks.check_label_values(labels).success
+
+
+def test_the_allowed_codes_are_those_of_the_canonical_record():
+    # datasets.md, "Canonical harmonised record"; the order is the order the expectations are reported in.
+    assert list(checks.ALLOWED_VALUES.items()) == [
+        ("any_dr", [0, 1]), ("referable_dr", [0, 1]), ("gon", [0, 1]), ("split", ["train", "val", "test"]),
+        ("sex", ["F", "M"]), ("quality", ["adequate", "inadequate"]), ("eye", ["R", "L"]),
+    ]
+    assert checks.COVERAGE_COLUMNS == ("age", "sex", "quality", "camera", "eye", "patient_id")
 
 
 def test_label_values_catches_a_duplicate_image_id(labels):
@@ -418,10 +428,61 @@ def test_validation_draws_no_progress_bars(labels, capfd):
 
 def test_the_context_is_ephemeral_quiet_and_shared(labels):
     checks.check_patient_ids(labels)
-    context = checks._context()
+    context = gx.context()
 
-    assert context is checks._context()
+    assert context is gx.context()
     assert type(context).__name__ == "EphemeralDataContext"
     assert context.progress_bars.globally is False and context.progress_bars.metric_calculations is False
     assert context.config.analytics_enabled is False
     assert context.config.data_docs_sites == {}  # the stock ephemeral context points docs at a temp folder
+
+
+# ------------------------------------------------------------------------------------------ the GX adapter
+
+
+def test_validate_counts_unexpected_values_and_samples_the_offending_rows():
+    frame = pd.DataFrame({"image_id": ["a", "b", "c", "d", "e"], "grade": [0, 3, 1, 7, 3]})
+    expect = gx.expect()
+
+    in_set, not_null = gx.validate("adapter_test", frame, [
+        expect.ExpectColumnValuesToBeInSet(column="grade", value_set=[0, 1]),
+        expect.ExpectColumnValuesToNotBeNull(column="grade"),
+    ], key=["image_id"])
+
+    assert in_set.entry == {"expectation": "ExpectColumnValuesToBeInSet", "column(s)": "grade", "success": False,
+                            "unexpected_count": 3, "partial_unexpected_list": [3, 7, 3]}
+    assert not in_set.success and in_set.unexpected_count == 3
+    assert in_set.rows == [{"image_id": "b", "grade": 3}, {"image_id": "d", "grade": 7},
+                           {"image_id": "e", "grade": 3}]
+    assert not_null.entry == {"expectation": "ExpectColumnValuesToNotBeNull", "column(s)": "grade", "success": True,
+                              "unexpected_count": 0, "partial_unexpected_list": []}
+    assert not_null.rows == []
+
+
+def test_validate_keeps_at_most_ten_examples_and_no_rows_without_a_key():
+    frame = pd.DataFrame({"grade": [9] * 25})
+
+    (verdict,) = gx.validate("adapter_test", frame, [gx.expect().ExpectColumnValuesToBeInSet(
+        column="grade", value_set=[0, 1])])
+
+    assert verdict.unexpected_count == 25
+    assert verdict.entry["partial_unexpected_list"] == [9] * 10
+    assert verdict.rows == []
+
+
+def test_an_expectation_that_cannot_be_evaluated_fails_with_its_error():
+    frame = pd.DataFrame({"grade": [0, 1]})
+
+    (verdict,) = gx.validate("adapter_test", frame, [gx.expect().ExpectColumnValuesToBeInSet(
+        column="no_such_column", value_set=[0, 1])])
+
+    assert verdict.success is False
+    assert "no_such_column" in verdict.entry["error"]
+
+
+def test_jsonable_unwraps_numpy_and_empties_nan():
+    import numpy as np
+
+    value = {1: [np.int64(3), np.float64("nan"), pd.NA, (True, "x")], "t": pd.Timestamp("2024-01-02")}
+
+    assert gx.jsonable(value) == {"1": [3, None, None, [True, "x"]], "t": "2024-01-02T00:00:00"}

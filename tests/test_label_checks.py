@@ -7,7 +7,8 @@ import duckdb
 import pytest
 
 from focus_dagster.config import FocusConfig
-from focus_dagster.definitions import DATA_LAYER_JOB, build_definitions
+from assets.labels import DATA_LAYER_JOB
+from focus_dagster.definitions import build_definitions
 from tests.conftest import copy_tree
 
 LABELS = dg.AssetKey("harmonised_labels")

@@ -7,12 +7,10 @@ import pandas as pd
 import pytest
 
 from focus_dagster.config import FocusConfig
-from focus_dagster.definitions import (
-    DATA_LAYER_JOB,
-    OBSERVE_JOB,
-    TOKEN_PROBABILITIES_JOB,
-    build_definitions,
-)
+from assets.datasets import OBSERVE_JOB
+from assets.labels import DATA_LAYER_JOB
+from assets.mllm import TOKEN_PROBABILITIES_JOB
+from focus_dagster.definitions import build_definitions
 from tests.conftest import copy_tree
 
 LEAKY = {"version": "leaky-1", "datasets": {"brset": {

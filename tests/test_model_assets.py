@@ -8,12 +8,9 @@ import pandas as pd
 import pytest
 
 from focus_dagster.config import FocusConfig
-from focus_dagster.definitions import (
-    DATA_LAYER_JOB,
-    EMBEDDINGS_JOB,
-    ZERO_SHOT_JOB,
-    build_definitions,
-)
+from assets.labels import DATA_LAYER_JOB
+from assets.models import EMBEDDINGS_JOB, ZERO_SHOT_JOB
+from focus_dagster.definitions import build_definitions
 from tests.conftest import copy_tree
 
 

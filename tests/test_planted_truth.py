@@ -23,7 +23,7 @@ def brset_metrics(tmp_path_factory):
     from focus_dagster.evaluation import predictions as P
     from focus_dagster.evaluation.probes import in_domain_probes
     from focus_dagster.evaluation.tables import metric_rows
-    from focus_dagster.inference.engine import embed_images
+    from focus_dagster.inference.engine import run_on_images
     from focus_dagster.labels import harmonise
     from focus_dagster.labels.expectations import check_metadata_coverage
     from focus_dagster.models.catalog import CATALOG
@@ -36,9 +36,9 @@ def brset_metrics(tmp_path_factory):
     labels = harmonise("brset", read.records, read.quarantine, root=root / "brset", splits_dir=None, seed=0).labels
     encoder = load_encoder(CATALOG["efficientnet_lite0"]).to("cpu")
     items = [(i, str(root / "brset" / p)) for i, p in zip(labels["image_id"], labels["image_path"])]
-    run = embed_images(encoder.embed, items, encoder.spec.preprocess, work_dir=root / "shards", fingerprint="planted",
-                       device="cpu")
-    embeddings = pd.DataFrame({"image_id": run.image_ids, "embedding": list(run.embeddings)})
+    run = run_on_images(encoder.embed, items, encoder.spec.preprocess, work_dir=root / "shards",
+                        fingerprint="planted", device="cpu")
+    embeddings = pd.DataFrame({"image_id": run.image_ids, "embedding": list(run.outputs)})
     probes = in_domain_probes("brset", embeddings, labels)
     frame = P.finish(P.with_labels(probes.predictions, labels, "planted"), dataset="brset", model="efficientnet_lite0",
                      interface="vm", method="linear_probe")

@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 from dagster_duckdb import DuckDBResource
 
+from resources.layout import QUARANTINE, Table
 from resources.storage import FocusStorage
 
 
@@ -21,23 +22,24 @@ def quarantine(dataset, n):
 
 
 def test_a_first_empty_partition_does_not_fix_column_types_to_null(storage):
-    storage.replace_rows("records", "quarantine", quarantine("brset", 0), "dataset", "brset")
-    storage.replace_rows("records", "quarantine", quarantine("rfmid_2", 2), "dataset", "rfmid_2")
-    assert storage.read_table("records", "quarantine")["reason"].tolist() == ["r0", "r1"]
+    storage.replace_partition(QUARANTINE, "brset", quarantine("brset", 0))
+    storage.replace_partition(QUARANTINE, "rfmid_2", quarantine("rfmid_2", 2))
+    assert storage.read_table(QUARANTINE)["reason"].tolist() == ["r0", "r1"]
 
 
-def test_replace_rows_touches_only_its_partition(storage):
-    storage.replace_rows("records", "quarantine", quarantine("a", 3), "dataset", "a")
-    storage.replace_rows("records", "quarantine", quarantine("b", 2), "dataset", "b")
-    storage.replace_rows("records", "quarantine", quarantine("a", 1), "dataset", "a")
-    counts = storage.read_table("records", "quarantine")["dataset"].value_counts().to_dict()
+def test_replace_partition_touches_only_its_partition(storage):
+    storage.replace_partition(QUARANTINE, "a", quarantine("a", 3))
+    storage.replace_partition(QUARANTINE, "b", quarantine("b", 2))
+    storage.replace_partition(QUARANTINE, "a", quarantine("a", 1))
+    assert storage.read_partition(QUARANTINE, "a")["source_row"].tolist() == [0]
+    counts = storage.read_table(QUARANTINE)["dataset"].value_counts().to_dict()
     assert counts == {"a": 1, "b": 2}
 
 
 def test_replace_table_keeps_types_of_all_null_columns(storage, tmp_path):
     frame = pd.DataFrame({"image_id": ["x", "y"], "patient_id": [None, None], "grade": pd.array([1, None], dtype="Int64")})
-    storage.replace_table("records", "g1020", frame)
-    storage.replace_table("records", "g1020", frame.assign(patient_id=["p1", None]))
+    storage.replace_table(Table("records", "g1020"), frame)
+    storage.replace_table(Table("records", "g1020"), frame.assign(patient_id=["p1", None]))
     with duckdb.connect(str(tmp_path / "db" / "focus.duckdb"), read_only=True) as con:  # no writer left holding it
         types = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'g1020'").fetchall())
         assert con.execute("SELECT patient_id FROM records.g1020 ORDER BY image_id").fetchall() == [("p1",), (None,)]
@@ -46,4 +48,24 @@ def test_replace_table_keeps_types_of_all_null_columns(storage, tmp_path):
 
 def test_identifiers_are_checked(storage):
     with pytest.raises(ValueError, match="identifier"):
-        storage.replace_table("records", "x; drop table y", quarantine("a", 1))
+        storage.replace_table(Table("records", "x; drop table y"), quarantine("a", 1))
+
+
+def test_a_table_of_one_partition_is_not_read_by_partition(storage):
+    with pytest.raises(ValueError, match="one partition"):
+        storage.read_partition(Table("records", "brset"), "brset")
+
+
+def test_artifacts_are_written_whole_or_not_at_all(storage):
+    frame = pd.DataFrame({"image_id": ["a", "b"]})
+    path, sha = storage.write_parquet("labels/x.parquet", frame)
+    assert pd.read_parquet(path).equals(frame) and len(sha) == 64
+
+    def broken(partial):
+        partial.write_bytes(b"half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        storage.write_artifact("labels/x.parquet", broken)
+    assert pd.read_parquet(path).equals(frame)  # the previous file is untouched
+    assert [p.name for p in path.parent.iterdir()] == ["x.parquet"]  # and no partial file is left behind

@@ -9,11 +9,11 @@ import torch
 
 from focus_dagster.inference.yes_no import (
     VALUES,
-    AnswerTokenError,
     parse_answer,
     reference_style_scores,
-    resolve_answer_tokens,
+    yes_no_scorer,
 )
+from focus_dagster.models.answer_tokens import AnswerTokenError, resolve_answer_tokens
 from focus_dagster.models.catalog import CATALOG
 from focus_dagster.models.loaders.mllm import load_mllm
 from focus_dagster.models.spec import ModelSpec, WeightsNotFoundError
@@ -50,7 +50,7 @@ def test_each_family_loads_through_the_processor_with_a_clean_audit(loaded):
 def test_batched_scores_equal_one_image_at_a_time_with_left_padding(loaded):
     """Questions of different lengths in one batch: padding on the left keeps every row's last position exact."""
     per_image = {"a": QUESTIONS, "b": ["Glaucoma? Answer with yes or no only."] * 3, "c": QUESTIONS[::-1]}
-    scorer = loaded.scorer(QUESTIONS, per_image=per_image)
+    scorer = yes_no_scorer(loaded, QUESTIONS, per_image=per_image)
     pixels = images(3)
     batched = scorer(pixels, ["a", "b", "c"])
     single = torch.cat([scorer(pixels[i : i + 1], [image_id]) for i, image_id in enumerate("abc")])
@@ -59,7 +59,7 @@ def test_batched_scores_equal_one_image_at_a_time_with_left_padding(loaded):
 
 
 def test_probabilities_are_consistent(loaded):
-    values = loaded.scorer(QUESTIONS)(images(4)).reshape(4, 3, len(VALUES))
+    values = yes_no_scorer(loaded, QUESTIONS)(images(4)).reshape(4, 3, len(VALUES))
     p_yes, p_no, yes_max, no_max = (values[..., k] for k in range(4))
     assert ((p_yes > 0) & (p_no > 0) & (p_yes + p_no <= 1 + 1e-6)).all()
     assert ((yes_max <= p_yes + 1e-7) & (yes_max >= p_yes / 4 - 1e-7)).all()  # max of 4 variants vs their sum
@@ -69,7 +69,7 @@ def test_probabilities_are_consistent(loaded):
 
 def test_batched_scores_agree_with_the_reference_generate_loop(loaded):
     pixels = images(2, seed=1)
-    batched = loaded.scorer(QUESTIONS[:1], answer_tokens=3)(pixels).reshape(2, len(VALUES))
+    batched = yes_no_scorer(loaded, QUESTIONS[:1], answer_tokens=3)(pixels).reshape(2, len(VALUES))
     for i in range(2):
         p_yes, p_yes_max, text, _ = reference_style_scores(loaded.model, loaded.processor, loaded.tokens, pixels[i],
                                                         QUESTIONS[0], max_new_tokens=3)

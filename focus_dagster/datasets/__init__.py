@@ -1,11 +1,15 @@
-"""Dataset readers (one per published layout), the registry, and release fingerprints."""
+"""Dataset readers (one per published layout), the registry, and release fingerprints.
 
-from focus_dagster.datasets.base import ReadResult
+Importing the package loads no data library: readers load when a dataset is read.
+"""
+
+from focus_dagster.datasets.images import DEFAULT_IMAGE_CHECK
+from focus_dagster.datasets.records import ReadResult
 from focus_dagster.datasets.registry import DATASET_KEYS, DATASETS, get_reader
 
 __all__ = ["DATASETS", "DATASET_KEYS", "ReadResult", "get_reader", "read_dataset"]
 
 
-def read_dataset(key: str, root, *, image_check: str = "header") -> ReadResult:
+def read_dataset(key: str, root, *, image_check: str = DEFAULT_IMAGE_CHECK) -> ReadResult:
     """Read dataset `key` from its published layout under `root` (the one code path for real and synthetic data)."""
     return get_reader(key).read(root, image_check=image_check)

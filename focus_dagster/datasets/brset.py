@@ -9,15 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from focus_dagster.datasets.base import (
-    Code,
-    DatasetReader,
-    LabelTable,
-    apply_codes,
-    find_existing,
-    read_label_csv,
-    standard_frame,
-)
+from focus_dagster.datasets.codes import Code, apply_codes
+from focus_dagster.datasets.files import find_existing
+from focus_dagster.datasets.label_files import read_label_csv
+from focus_dagster.datasets.reader import DatasetReader
+from focus_dagster.datasets.records import LabelTable
+from focus_dagster.datasets.rows import standard_frame
 
 LABEL_FILES = ("labels.csv", "labels_brset.csv")
 IMAGE_DIRS = ("fundus_photos", "images")
@@ -52,7 +49,6 @@ CODES = [
 
 class BrsetReader(DatasetReader):
     key = "brset"
-    title = "BRSET"
 
     def read_table(self, root: Path) -> LabelTable:
         label_file = find_existing(root, self.key, LABEL_FILES, "label file")

@@ -16,14 +16,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from focus_dagster.datasets.base import (
-    Code,
-    DatasetReader,
-    LabelTable,
-    apply_codes,
-    file_name_rows,
-    read_label_csv,
-)
+from focus_dagster.datasets.codes import Code, apply_codes
+from focus_dagster.datasets.label_files import read_label_csv
+from focus_dagster.datasets.reader import DatasetReader
+from focus_dagster.datasets.records import LabelTable
+from focus_dagster.datasets.rows import file_name_rows
 from focus_dagster.errors import DatasetLayoutError
 
 DATASET_FOLDER = "G1020"
@@ -37,7 +34,6 @@ CODES = [Code("binaryLabels", int_range=(0, 1))]
 
 class G1020Reader(DatasetReader):
     key = "g1020"
-    title = "G1020"
 
     def read_table(self, root: Path) -> LabelTable:
         base = dataset_folder(root, self.key)

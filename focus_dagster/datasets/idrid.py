@@ -23,15 +23,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from focus_dagster.datasets.base import (
-    Code,
-    DatasetReader,
-    LabelTable,
-    apply_codes,
-    find_existing,
-    read_label_csv,
-)
-from focus_dagster.datasets.rfmid import split_rows
+from focus_dagster.datasets.codes import Code, apply_codes
+from focus_dagster.datasets.files import find_existing
+from focus_dagster.datasets.label_files import read_label_csv
+from focus_dagster.datasets.reader import DatasetReader
+from focus_dagster.datasets.records import LabelTable
+from focus_dagster.datasets.rows import split_rows
 
 PART = "B. Disease Grading"
 # Where the grading part may start below the dataset root, most specific first.
@@ -63,7 +60,6 @@ CODES = [Code("Retinopathy grade", int_range=(0, 4)), Code("Risk of macular edem
 
 class IdridReader(DatasetReader):
     key = "idrid"
-    title = "IDRiD"
 
     def read_table(self, root: Path) -> LabelTable:
         prefix = grading_prefix(root)

@@ -27,15 +27,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from focus_dagster.datasets.base import (
-    IMAGE_SUFFIXES,
-    Code,
-    DatasetReader,
-    LabelTable,
-    apply_codes,
-    mark_rows,
-    standard_frame,
-)
+from focus_dagster.datasets.codes import Code, apply_codes
+from focus_dagster.datasets.images import IMAGE_SUFFIXES
+from focus_dagster.datasets.marks import mark_rows
+from focus_dagster.datasets.reader import DatasetReader
+from focus_dagster.datasets.records import LabelTable
+from focus_dagster.datasets.rows import standard_frame
 from focus_dagster.errors import DatasetLayoutError
 
 IMAGE_ROOT = "1000images"
@@ -90,7 +87,6 @@ _FOLDER_NAME = re.compile(r"^(\d+(?:\.\d+)?)\.(.+)$")
 
 class Jsiec1000Reader(DatasetReader):
     key = "jsiec1000"
-    title = "JSIEC1000"
 
     def read_table(self, root: Path) -> LabelTable:
         image_root = image_root_folder(root, self.key)

@@ -28,16 +28,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from focus_dagster.datasets.base import (
-    Code,
-    DatasetReader,
-    LabelTable,
-    apply_codes,
-    file_name_rows,
-    find_existing,
-    find_nested_root,
-    read_label_csv,
-)
+from focus_dagster.datasets.codes import Code, apply_codes
+from focus_dagster.datasets.files import find_existing, find_nested_root
+from focus_dagster.datasets.label_files import read_label_csv
+from focus_dagster.datasets.reader import DatasetReader
+from focus_dagster.datasets.records import LabelTable
+from focus_dagster.datasets.rows import file_name_rows
 from focus_dagster.errors import missing_columns_error
 
 LABEL_FILE = "messidor_data.csv"
@@ -61,7 +57,6 @@ CODES = [
 
 class Messidor2Reader(DatasetReader):
     key = "messidor_2"
-    title = "Messidor-2"
 
     def read_table(self, root: Path) -> LabelTable:
         base = find_nested_root(root, LABEL_FILE)

@@ -26,15 +26,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from focus_dagster.datasets.base import (
-    Code,
-    DatasetReader,
-    LabelTable,
-    apply_codes,
-    find_existing,
-    mark_rows,
-    standard_frame,
-)
+from focus_dagster.datasets.codes import Code, apply_codes
+from focus_dagster.datasets.files import find_existing
+from focus_dagster.datasets.marks import mark_rows
+from focus_dagster.datasets.reader import DatasetReader
+from focus_dagster.datasets.records import LabelTable
+from focus_dagster.datasets.rows import standard_frame
 from focus_dagster.errors import (
     DatasetLayoutError,
     LabelFileError,
@@ -86,7 +83,6 @@ MAX_HEADER_ROWS = 5
 
 class PapilaReader(DatasetReader):
     key = "papila"
-    title = "PAPILA"
 
     def read_table(self, root: Path) -> LabelTable:
         prefix = release_prefix(root)

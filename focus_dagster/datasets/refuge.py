@@ -25,14 +25,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from focus_dagster.datasets.base import (
-    STANDARD_COLUMNS,
-    Code,
-    DatasetReader,
-    LabelTable,
-    apply_codes,
-    file_name_rows,
-)
+from focus_dagster.datasets.codes import Code, apply_codes
+from focus_dagster.datasets.reader import DatasetReader
+from focus_dagster.datasets.records import STANDARD_COLUMNS, LabelTable
+from focus_dagster.datasets.rows import file_name_rows
 from focus_dagster.errors import (
     DatasetLayoutError,
     LabelFileError,
@@ -60,7 +56,6 @@ CODES = [
 
 class RefugeReader(DatasetReader):
     key = "refuge"
-    title = "REFUGE"
 
     def read_table(self, root: Path) -> LabelTable:
         base = dataset_folder(root, self.key)

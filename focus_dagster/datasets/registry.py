@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from focus_dagster.datasets.base import DatasetReader
 from focus_dagster.errors import UnknownDatasetError
+
+if TYPE_CHECKING:
+    # Reader modules load on demand (get_reader), so that the registry stays cheap to import.
+    from focus_dagster.datasets.reader import DatasetReader
 
 
 @dataclass(frozen=True)
 class DatasetInfo:
+    """One registered dataset: its key, the title shown to people, and where its files come from."""
+
     key: str
     title: str
     source: str

@@ -15,8 +15,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from focus_dagster.datasets.base import IMAGE_SUFFIXES
+from focus_dagster.datasets.images import IMAGE_SUFFIXES
 from focus_dagster.errors import DatasetLayoutError
+from focus_dagster.files import file_sha256
 
 VERSION_LENGTH = 24
 
@@ -48,7 +49,7 @@ def fingerprint_dataset(dataset: str, root: str | Path, *, content_hash: bool = 
         if is_image and not content_hash:
             entry = f"I {rel} {size}"
         else:
-            entry = f"{'I' if is_image else 'L'} {rel} {size} {_file_sha256(root / rel)}"
+            entry = f"{'I' if is_image else 'L'} {rel} {size} {file_sha256(root / rel)}"
         digest.update(entry.encode("utf-8", "surrogateescape") + b"\n")
         images += is_image
         label_files += not is_image
@@ -81,8 +82,3 @@ def _walk(root: Path) -> list[tuple[str, int]]:
                     found.append((rel, entry.stat().st_size))
     found.sort()
     return found
-
-
-def _file_sha256(path: Path) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()

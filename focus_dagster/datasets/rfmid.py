@@ -20,17 +20,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from focus_dagster.datasets.base import (
-    Code,
-    DatasetReader,
-    LabelTable,
-    apply_codes,
-    find_existing,
-    index_by_stem,
-    list_images,
-    read_label_csv,
-    standard_frame,
-)
+from focus_dagster.datasets.codes import Code, apply_codes
+from focus_dagster.datasets.files import find_existing
+from focus_dagster.datasets.label_files import read_label_csv
+from focus_dagster.datasets.reader import DatasetReader
+from focus_dagster.datasets.records import LabelTable
+from focus_dagster.datasets.rows import split_rows
 
 
 @dataclass(frozen=True)
@@ -70,7 +65,6 @@ CODES = [
 
 class RfmidReader(DatasetReader):
     key = "rfmid"
-    title = "RFMiD"
 
     def read_table(self, root: Path) -> LabelTable:
         frames, label_files, image_dirs = [], [], []
@@ -84,26 +78,6 @@ class RfmidReader(DatasetReader):
             image_dirs.append(image_dir)
         rows = pd.concat(frames, ignore_index=True)
         return LabelTable(apply_codes(rows, CODES, self.key), label_files, image_dirs)
-
-
-def split_rows(
-    root: Path, native: pd.DataFrame, split: str, image_dir: str, extension: str, name_column: str = "ID"
-) -> pd.DataFrame:
-    """Standard columns for one split whose images are named by `name_column`: image_id `<split>/<name>`.
-
-    The file on disk wins over the published extension's case (`7.PNG`, `7.JPG`); a name with no file
-    keeps the published extension, so the shared checks report it as missing. Shared by the readers of
-    the other datasets whose names restart per split (RFMiD 2.0, IDRiD).
-    """
-    on_disk = index_by_stem(list_images(root, image_dir))
-    expected = image_dir + "/" + native[name_column]
-    return standard_frame(
-        native,
-        image_id=split + "/" + native[name_column],
-        image_path=[on_disk.get(stem, stem + extension) for stem in expected],
-        patient_id=None,
-        native_split=split,
-    )
 
 
 READER = RfmidReader()

@@ -21,15 +21,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from focus_dagster.datasets.base import (
-    Code,
-    DatasetReader,
-    LabelTable,
-    apply_codes,
-    find_existing,
-    read_label_csv,
-)
-from focus_dagster.datasets.rfmid import split_rows
+from focus_dagster.datasets.codes import Code, apply_codes
+from focus_dagster.datasets.files import find_existing
+from focus_dagster.datasets.label_files import read_label_csv
+from focus_dagster.datasets.reader import DatasetReader
+from focus_dagster.datasets.records import LabelTable
+from focus_dagster.datasets.rows import split_rows
 
 
 @dataclass(frozen=True)
@@ -67,7 +64,6 @@ CODES = [Code("ID", int_range=(1, 10**9)), *(Code(column, int_range=(0, 1)) for 
 
 class Rfmid2Reader(DatasetReader):
     key = "rfmid_2"
-    title = "RFMiD 2.0"
 
     def read_table(self, root: Path) -> LabelTable:
         frames, label_files, image_dirs = [], [], []

@@ -16,6 +16,7 @@ silently; predictions for images the labels do not know are an error naming the 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +28,9 @@ from focus_dagster.labels import TASKS
 KEY_COLUMNS = ["dataset", "image_id", "task", "model", "interface", "method", "train_dataset"]
 PREDICTION_COLUMNS = [*KEY_COLUMNS, "score", "score_reference", "threshold", "label", "split"]
 CONFIG_COLUMNS = ["model", "dataset", "task", "method", "train_dataset"]
+# Where each row came from: filled in by the step that assembles the table, carried on into every metric row.
+LINEAGE_COLUMNS = ["release_version", "labels_version", "model_revision", "weights_sha256", "source_asset",
+                   "source_run_id", "predictions_version", "code_version", "run_id"]
 
 
 class PredictionsError(FocusError):
@@ -92,3 +96,34 @@ def finish(frame: pd.DataFrame, **constants) -> pd.DataFrame:
     for column in ("score_reference", "threshold"):
         out[column] = pd.to_numeric(out[column], errors="coerce").astype(float)
     return out[PREDICTION_COLUMNS + [c for c in out.columns if c not in PREDICTION_COLUMNS]]
+
+
+def frame_version(frame: pd.DataFrame) -> str:
+    """A content hash of the predictions (the lineage columns, which name the run, left out)."""
+    columns = [c for c in PREDICTION_COLUMNS if c in frame]
+    data = frame[columns].sort_values(KEY_COLUMNS).to_csv(index=False) if len(frame) else ""
+    return hashlib.sha256(data.encode()).hexdigest()[:20]
+
+
+def empty_predictions() -> pd.DataFrame:
+    """A table with no rows and every column typed, so that the stored table keeps its schema."""
+    frame = pd.DataFrame({c: pd.Series(dtype=float if c in ("score", "score_reference", "threshold") else object)
+                          for c in PREDICTION_COLUMNS + LINEAGE_COLUMNS})
+    frame["label"] = frame["label"].astype("int64")
+    return frame
+
+
+def with_lineage(rows: pd.DataFrame, samples: pd.DataFrame, run_id: str) -> pd.DataFrame:
+    """Each metric row with the lineage columns of the predictions it was computed from."""
+    if rows.empty:
+        return rows.assign(**{c: pd.Series(dtype=object) for c in LINEAGE_COLUMNS}, predictions_run_id=None)
+    keys = [c for c in CONFIG_COLUMNS if c != "train_dataset"] + ["_train"]
+    lineage = keyed_by_training(samples).groupby(keys)[LINEAGE_COLUMNS].first().reset_index()
+    lineage = lineage.rename(columns={"run_id": "predictions_run_id"})
+    merged = keyed_by_training(rows).merge(lineage, on=keys, how="left").drop(columns="_train")
+    return merged.assign(run_id=run_id)
+
+
+def keyed_by_training(frame: pd.DataFrame) -> pd.DataFrame:
+    """`train_dataset` as text in `_train`, for joins (empty for methods without training: never NaN against None)."""
+    return frame.assign(_train=frame["train_dataset"].astype(object).where(frame["train_dataset"].notna(), ""))

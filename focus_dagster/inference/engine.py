@@ -1,5 +1,7 @@
-"""The batched inference engine shared by every model step.
+"""A batched runner over images, shared by every model step: encoders (embeddings) and the yes/no scorer
+(per-image score vectors) alike.
 
+`run_on_images` calls one forward function on batches of images and keeps one output row per image.
 Images are decoded and preprocessed in worker processes while the model runs; the device is chosen
 automatically (CUDA when present, with bf16 autocast); work is written in shards, so a run killed half
 way resumes without redoing finished shards, and a changed model, revision, preprocessing or image set
@@ -19,6 +21,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from focus_dagster.files import atomic_path
 from focus_dagster.inference.images import normalise, pixels_file
 from focus_dagster.models.spec import Preprocess
 
@@ -28,11 +31,12 @@ SHARD_PREFIX = "shard-"
 
 
 @dataclass
-class EmbeddingRun:
-    """Embeddings of the images that could be read, and why the others could not."""
+class ImageRun:
+    """The forward function's output row of every image that could be read (`outputs[i]` belongs to
+    `image_ids[i]`), why the others could not be read, and how the run went."""
 
     image_ids: list[str]
-    embeddings: np.ndarray
+    outputs: np.ndarray
     failed: dict[str, str]
     device: str
     batch_size: int
@@ -48,12 +52,12 @@ class EmbeddingRun:
 
     def summary(self) -> dict:
         data = asdict(self)
-        data.pop("embeddings")
+        data.pop("outputs")
         data.pop("image_ids")
         data.pop("log")
         data["failed"] = dict(list(self.failed.items())[:20])
         data.update(n=len(self.image_ids), failed_count=len(self.failed),
-                    dim=int(self.embeddings.shape[1]) if self.embeddings.ndim == 2 else 0,
+                    dim=int(self.outputs.shape[1]) if self.outputs.ndim == 2 else 0,
                     images_per_second=round(self.images_per_second, 2))
         return data
 
@@ -106,8 +110,8 @@ def run_fingerprint(parts: dict) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
-def embed_images(
-    embed: Callable,
+def run_on_images(
+    forward: Callable,
     items: Sequence[tuple[str, str]],
     preprocess: Preprocess,
     *,
@@ -120,10 +124,11 @@ def embed_images(
     progress: Callable[[str], None] | None = None,
     stop_after_shards: int | None = None,
     pass_ids: bool = False,
-) -> EmbeddingRun:
-    """Embed `items` ((image_id, absolute path) pairs) with `embed` (pixels -> [B, D] tensor).
+) -> ImageRun:
+    """Run `forward` (pixels [B, 3, H, W] -> [B, D] tensor) over `items` ((image_id, absolute path) pairs),
+    in batches: an encoder's `embed` gives embeddings, a yes/no scorer gives per-image score vectors.
 
-    `pass_ids=True` calls `embed(pixels, image_ids)` instead, for models whose input depends on the image
+    `pass_ids=True` calls `forward(pixels, image_ids)` instead, for models whose input depends on the image
     beyond its pixels (a yes/no question with per-image context).
 
     Shards of `shard_size` images are written under `work_dir` as they finish; a shard whose key (the run
@@ -148,7 +153,7 @@ def embed_images(
             continue
         if stop_after_shards is not None and computed >= stop_after_shards:
             break
-        batch_size = _compute_shard(embed, shard, preprocess, path, device, batch_size, num_workers, pass_ids)
+        batch_size = _compute_shard(forward, shard, preprocess, path, device, batch_size, num_workers, pass_ids)
         computed += 1
         images_computed += len(shard)
         done = sum(len(s) for s in shards[: index + 1])
@@ -157,8 +162,8 @@ def embed_images(
         eta = (len(items) - done) / rate if rate else float("nan")
         say(f"{done}/{len(items)} images, {rate:.1f} images/s, ETA {eta:.0f}s")
     _remove_stale_shards(work_dir, keys)
-    ids, vectors, failed = _collect(work_dir, keys)
-    return EmbeddingRun(ids, vectors, failed, device, batch_size, time.perf_counter() - started, reused, computed,
+    ids, outputs, failed = _collect(work_dir, keys)
+    return ImageRun(ids, outputs, failed, device, batch_size, time.perf_counter() - started, reused, computed,
                         images_computed, log)
 
 
@@ -176,15 +181,15 @@ def shard_key(fingerprint: str, shard: Sequence[tuple[str, str]]) -> str:
     return digest.hexdigest()[:20]
 
 
-def _compute_shard(embed, shard, preprocess, path: Path, device: str, batch_size: int, num_workers: int,
+def _compute_shard(forward, shard, preprocess, path: Path, device: str, batch_size: int, num_workers: int,
                    pass_ids: bool = False) -> int:
-    """Embed one shard and write it atomically; returns the batch size that worked (it may have halved)."""
+    """Run one shard and write it atomically; returns the batch size that worked (it may have halved)."""
     import torch
 
     ids = [image_id for image_id, _ in shard]
-    embed = _with_ids(embed, ids) if pass_ids else _pixels_only(embed)
+    forward = _with_ids(forward, ids) if pass_ids else _pixels_only(forward)
     dataset = ImageFiles([p for _, p in shard], preprocess)
-    vectors: dict[int, np.ndarray] = {}
+    rows: dict[int, np.ndarray] = {}
     failures: dict[int, str] = {}
     # Workers decode small chunks (so every worker is busy even on a short shard); the model gets full batches.
     loader = _loader(dataset, min(DECODE_CHUNK, batch_size), num_workers, device)
@@ -197,28 +202,28 @@ def _compute_shard(embed, shard, preprocess, path: Path, device: str, batch_size
         pending_pixels.append(pixels[keep])
         pending_indices += [indices[k].item() for k in keep]
         if len(pending_indices) >= batch_size:
-            batch_size = _embed_batch(embed, torch.cat(pending_pixels), pending_indices, vectors, device, batch_size,
-                                      preprocess)
+            batch_size = _run_batch(forward, torch.cat(pending_pixels), pending_indices, rows, device, batch_size,
+                                    preprocess)
             pending_pixels, pending_indices = [], []
     if pending_indices:
-        batch_size = _embed_batch(embed, torch.cat(pending_pixels), pending_indices, vectors, device, batch_size,
-                                  preprocess)
-    order = sorted(vectors)
-    matrix = np.stack([vectors[i] for i in order]) if order else np.zeros((0, 0), dtype=np.float32)
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}.npz")
-    np.savez(tmp, embeddings=matrix, ids=np.asarray([ids[i] for i in order], dtype=object).astype(str),
-             failed=json.dumps({ids[i]: reason for i, reason in failures.items()}))
-    os.replace(tmp, path)
+        batch_size = _run_batch(forward, torch.cat(pending_pixels), pending_indices, rows, device, batch_size,
+                                preprocess)
+    order = sorted(rows)
+    matrix = np.stack([rows[i] for i in order]) if order else np.zeros((0, 0), dtype=np.float32)
+    # The array keeps its first name, "embeddings", so shards written before still resume.
+    with atomic_path(path, suffix=".npz") as partial:
+        np.savez(partial, embeddings=matrix, ids=np.asarray([ids[i] for i in order], dtype=object).astype(str),
+                 failed=json.dumps({ids[i]: reason for i, reason in failures.items()}))
     return batch_size
 
 
-def _with_ids(embed, ids: list[str]):
-    """embed(pixels, positions in the shard) -> the model called with the image ids at those positions."""
-    return lambda pixels, positions: embed(pixels, [ids[i] for i in positions])
+def _with_ids(forward, ids: list[str]):
+    """forward(pixels, positions in the shard) -> the model called with the image ids at those positions."""
+    return lambda pixels, positions: forward(pixels, [ids[i] for i in positions])
 
 
-def _pixels_only(embed):
-    return lambda pixels, positions: embed(pixels)
+def _pixels_only(forward):
+    return lambda pixels, positions: forward(pixels)
 
 
 def _loader(dataset, batch_size: int, num_workers: int, device: str):
@@ -247,8 +252,8 @@ def _decoder_worker(_worker_id: int) -> None:
         pass
 
 
-def _embed_batch(embed, pixels, indices, out: dict, device: str, batch_size: int, preprocess: Preprocess) -> int:
-    """Run the model (embed(pixels, shard positions)) on one batch, halving it on CUDA out-of-memory until it fits."""
+def _run_batch(forward, pixels, indices, out: dict, device: str, batch_size: int, preprocess: Preprocess) -> int:
+    """Run the model (forward(pixels, shard positions)) on one batch, halving it on CUDA out-of-memory until it fits."""
     import torch
 
     start = 0
@@ -256,7 +261,7 @@ def _embed_batch(embed, pixels, indices, out: dict, device: str, batch_size: int
         chunk = slice(start, start + batch_size)
         try:
             with torch.inference_mode(), _autocast(device):
-                result = embed(model_input(pixels[chunk], device, preprocess), indices[chunk])
+                result = forward(model_input(pixels[chunk], device, preprocess), indices[chunk])
         except torch.OutOfMemoryError:
             if batch_size == 1:
                 raise

@@ -10,8 +10,9 @@ the first generated position; a softmax over the whole vocabulary turns them int
     p_yes_reference = max over the yes variants of P(v)  (the reference benchmark's raw column)
 
 A variant that the tokenizer splits into several tokens cannot be read off one position: it is excluded,
-with the reason, and never mis-scored by its first piece. Optionally a short greedy answer is generated
-and parsed; an answer that is neither yes nor no is a counted outcome ("unparseable"), never a dropped row.
+with the reason, and never mis-scored by its first piece (focus_dagster.models.answer_tokens resolves the
+ids once per tokenizer, at load). Optionally a short greedy answer is generated and parsed; an answer that
+is neither yes nor no is a counted outcome ("unparseable"), never a dropped row.
 """
 
 from __future__ import annotations
@@ -19,65 +20,20 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
-YES_VARIANTS = ("yes", "Yes", " yes", " Yes")
-NO_VARIANTS = ("no", "No", " no", " No")
+import numpy as np
+import pandas as pd
+
+from focus_dagster.models.answer_tokens import AnswerTokens
+
+if TYPE_CHECKING:
+    from focus_dagster.models.loaders.mllm import LoadedMLLM
+
 # Per (image, task) the scorer returns these values, in this order (a flat float vector per image).
 VALUES = ("p_yes", "p_no", "p_yes_reference", "p_no_reference", "answer_code", "first_token_id")
 ANSWER_CODES = {1.0: "yes", 0.0: "no", -1.0: "unparseable"}
 REFERENCE_MAX_NEW_TOKENS = 128
-
-
-class AnswerTokenError(ValueError):
-    """The tokenizer has no single-token variant of "yes" or of "no": the model cannot be scored this way."""
-
-
-@dataclass(frozen=True)
-class AnswerTokens:
-    """The token ids read for "yes" and "no", and the variants left out (with why)."""
-
-    yes: dict[str, int]
-    no: dict[str, int]
-    excluded: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def yes_ids(self) -> list[int]:
-        return sorted(set(self.yes.values()))
-
-    @property
-    def no_ids(self) -> list[int]:
-        return sorted(set(self.no.values()))
-
-    def summary(self) -> dict:
-        return {"yes": self.yes, "no": self.no, "excluded": self.excluded}
-
-
-def resolve_answer_tokens(tokenizer, model_id: str = "model") -> AnswerTokens:
-    """Which token ids stand for yes and no in this tokenizer: each variant must be exactly one known token."""
-    unknown = getattr(tokenizer, "unk_token_id", None)
-    found: dict[str, dict[str, int]] = {"yes": {}, "no": {}}
-    excluded: dict[str, str] = {}
-    for answer, variants in (("yes", YES_VARIANTS), ("no", NO_VARIANTS)):
-        for variant in variants:
-            ids = tokenizer.encode(variant, add_special_tokens=False)
-            if len(ids) != 1:
-                pieces = tokenizer.convert_ids_to_tokens(ids)
-                excluded[variant] = f"encodes to {len(ids)} tokens {pieces}: not readable at one position"
-            elif unknown is not None and ids[0] == unknown:
-                excluded[variant] = "encodes to the unknown token"
-            else:
-                found[answer][variant] = int(ids[0])
-    for answer in ("yes", "no"):
-        if not found[answer]:
-            raise AnswerTokenError(
-                f"model {model_id!r}: no variant of {answer!r} is a single token in its tokenizer "
-                f"({excluded}); it cannot be scored by first-token probability."
-            )
-    clash = set(found["yes"].values()) & set(found["no"].values())
-    if clash:
-        raise AnswerTokenError(f"model {model_id!r}: yes and no variants share token ids {sorted(clash)}.")
-    return AnswerTokens(found["yes"], found["no"], excluded)
 
 
 def parse_answer(text: str) -> str:
@@ -187,6 +143,39 @@ class YesNoScorer:
         new_tokens = out.sequences[:, inputs["input_ids"].shape[1]:]
         texts = self.processor.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
         return out.logits[0], [answer_code(text) for text in texts]
+
+
+def yes_no_scorer(mllm: LoadedMLLM, questions: Sequence[str], answer_tokens: int = 0,
+                  per_image: Mapping[str, Sequence[str]] | None = None) -> YesNoScorer:
+    """A YesNoScorer on a loaded MLLM, reading its answer tokens: one question per task, or `per_image`
+    (image id -> questions in task order) where questions carry per-image context."""
+    return YesNoScorer(mllm.model, mllm.processor, mllm.tokens, list(questions), answer_tokens, per_image)
+
+
+def probabilities_frame(image_ids, values: np.ndarray, tasks: list[str], asked: pd.DataFrame,
+                        tokenizer) -> pd.DataFrame:
+    """Scorer output [n, tasks x VALUES] -> one row per image and task, sorted by image_id and task.
+
+    Columns: image_id, task, question_id (joined from `asked`), p_yes, p_no, score (p_yes / (p_yes + p_no),
+    missing where both are 0), p_yes_reference, p_no_reference, answer (yes / no / unparseable, or "not
+    generated") and first_token (the most likely first token, decoded by `tokenizer`).
+    """
+    cube = values.reshape(len(image_ids), len(tasks), len(VALUES)) if len(image_ids) else np.zeros((0, len(tasks), 6))
+    frame = pd.DataFrame({
+        "image_id": np.repeat(np.asarray(image_ids, dtype=object), len(tasks)),
+        "task": np.tile(np.asarray(tasks, dtype=object), len(image_ids)),
+        **{name: cube[:, :, k].reshape(-1).astype(float) for k, name in enumerate(VALUES)},
+    })
+    total = frame["p_yes"] + frame["p_no"]
+    frame["score"] = (frame["p_yes"] / total).where(total > 0)
+    frame["answer"] = frame.pop("answer_code").map(ANSWER_CODES).fillna("not generated")
+    ids = frame.pop("first_token_id").astype(int)
+    decoded = {i: tokenizer.decode([i]) for i in set(ids.tolist())}
+    frame["first_token"] = ids.map(decoded)
+    frame = frame.merge(asked[["image_id", "task", "question_id"]], on=["image_id", "task"], how="left")
+    columns = ["image_id", "task", "question_id", "p_yes", "p_no", "score", "p_yes_reference", "p_no_reference",
+               "answer", "first_token"]
+    return frame[columns].sort_values(["image_id", "task"], kind="stable").reset_index(drop=True)
 
 
 def last_position_logits(model, inputs):

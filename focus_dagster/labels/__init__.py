@@ -1,4 +1,4 @@
-"""Harmonised task labels: the rules per dataset, the splits, and the label checks."""
+"""Harmonised task labels: the rules per dataset, the splits, and the label checks (run through `gx`)."""
 
 from focus_dagster.labels.harmonise import (
     LABEL_COLUMNS,

@@ -8,24 +8,22 @@ table itself; properties of groups (a patient across splits, a task within a spl
 first reduced with pandas to a small frame, which is then validated the same way, so every verdict comes from
 an expectation and shows up in `expectations`.
 
-Great Expectations 1.x is called directly, through one in-memory context per process that is built (and the
-library imported) on first use, so loading the code location stays quick. Nothing is written to disk, nothing
-is fetched, no progress bars are drawn.
+The expectations run through `focus_dagster.labels.gx`, which imports Great Expectations only on the first
+validation, so importing this module (and loading the code location) stays quick.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import threading
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from itertools import chain, zip_longest
-from typing import Any
 
 import pandas as pd
 
-from focus_dagster.labels.rules import TASKS
+from focus_dagster.labels import gx
+from focus_dagster.labels.gx import MAX_EXAMPLES, Verdict
+from focus_dagster.labels.rules import AXIS_METADATA, METADATA, METADATA_CODES, TASK_VALUES, TASKS
 from focus_dagster.labels.splits import SPLITS
 
 __all__ = [
@@ -40,23 +38,17 @@ __all__ = [
     "check_split_leakage",
 ]
 
-# The codes of the canonical harmonised record (shared/datasets.md), as the label rules write them.
+# The codes of the canonical harmonised record (shared/datasets.md), as the label rules and splits define them.
 ALLOWED_VALUES: dict[str, list] = {
-    **{task: [0, 1] for task in TASKS},
+    **{task: list(TASK_VALUES) for task in TASKS},
     "split": list(SPLITS),
-    "sex": ["F", "M"],
-    "quality": ["adequate", "inadequate"],
-    "eye": ["R", "L"],
+    **{column: list(codes) for column, codes in METADATA_CODES.items()},
 }
 REQUIRED_COLUMNS = ("image_id", "split", "label_rule")
 VALUE_COLUMNS = tuple(dict.fromkeys((*REQUIRED_COLUMNS, *ALLOWED_VALUES)))
-# The fairness and quality axes: one of them with no value at all means that axis cannot be reported.
-AXIS_COLUMNS = ("age", "sex", "quality", "camera")
-COVERAGE_COLUMNS = (*AXIS_COLUMNS, "eye", "patient_id")
-
-MAX_EXAMPLES = 10
-# Ties each GX result back to the expectation that produced it: suite validation reorders by column.
-_ORDER_KEY = "focus_order"
+# Measured by the coverage check; an axis column (AXIS_METADATA) with no value at all fails it, since that
+# fairness or quality axis then cannot be reported.
+COVERAGE_COLUMNS = (*METADATA, "patient_id")
 
 
 # ------------------------------------------------------------------------------------------------ outcome
@@ -76,7 +68,7 @@ class CheckOutcome:
 
     def summary(self) -> dict:
         """Everything above as plain JSON types, ready to be shown as asset-check metadata."""
-        return _jsonable(asdict(self))
+        return gx.jsonable(asdict(self))
 
 
 # ------------------------------------------------------------------------------------------------- checks
@@ -90,7 +82,7 @@ def check_label_values(labels: pd.DataFrame) -> CheckOutcome:
     inadequate, eye R or L, each possibly empty; image_id is set and unique; every row names the label rule that
     produced it. A failure here means the harmonisation wrote a code the scoring cannot interpret.
     """
-    expect = _expect()
+    expect = gx.expect()
     present = [c for c in VALUE_COLUMNS if c in labels.columns]
     # Expectations on an absent column would only raise; the table-columns expectation reports it instead.
     expectations = [expect.ExpectTableColumnsToMatchSet(column_set=list(VALUE_COLUMNS), exact_match=False)]
@@ -100,7 +92,7 @@ def check_label_values(labels: pd.DataFrame) -> CheckOutcome:
     if "image_id" in present:
         expectations.append(expect.ExpectColumnValuesToBeUnique(column="image_id"))
     key = ["image_id"] if "image_id" in present else []
-    verdicts = _validate("labels", labels[present], expectations, key)
+    verdicts = gx.validate("labels", labels[present], expectations, key)
     examples = _interleave(_row_examples(v) for v in verdicts)
     return _outcome("label_values", verdicts, checked=len(labels), examples=examples)
 
@@ -118,7 +110,7 @@ def check_rule_consistency(labels: pd.DataFrame, recomputed: pd.DataFrame) -> Ch
     _require_columns(labels, ("image_id", *TASKS), "harmonised labels",
                      "pass the full harmonised table")
     joined = _join_stored_and_recomputed(labels, recomputed)
-    expect = _expect()
+    expect = gx.expect()
     expectations = [
         expect.ExpectColumnValuesToBeInSet(column="presence", value_set=["both"]),
         expect.ExpectColumnValuesToBeUnique(column="image_id"),
@@ -130,7 +122,7 @@ def check_rule_consistency(labels: pd.DataFrame, recomputed: pd.DataFrame) -> Ch
             row_condition='presence=="both"', condition_parser="pandas")
         for task in TASKS
     ]
-    verdicts = _validate("rule_comparison", joined, expectations, ["image_id"])
+    verdicts = gx.validate("rule_comparison", joined, expectations, ["image_id"])
     presence, unique, *tasks = verdicts
     examples = _interleave([
         [{"image_id": r.get("image_id"), "problem": r.get("presence")} for r in presence.rows],
@@ -140,7 +132,7 @@ def check_rule_consistency(labels: pd.DataFrame, recomputed: pd.DataFrame) -> Ch
     return _outcome("rule_consistency", verdicts, checked=len(joined), examples=examples)
 
 
-def _mismatch_examples(task: str, verdict: _Verdict) -> list[dict]:
+def _mismatch_examples(task: str, verdict: Verdict) -> list[dict]:
     return [{"image_id": r.get("image_id"), "column": task, "stored": _label(r.get(f"{task}_stored")),
              "recomputed": _label(r.get(f"{task}_recomputed"))} for r in verdict.rows]
 
@@ -154,9 +146,9 @@ def check_referable_implies_any(labels: pd.DataFrame) -> CheckOutcome:
     _require_columns(labels, ("image_id", "any_dr", "referable_dr"), "harmonised labels",
                      "pass the full harmonised table")
     frame = labels[["image_id", "any_dr", "referable_dr"]].astype({"any_dr": "float64", "referable_dr": "float64"})
-    expectation = _expect().ExpectColumnPairValuesAToBeGreaterThanB(
+    expectation = gx.expect().ExpectColumnPairValuesAToBeGreaterThanB(
         column_A="any_dr", column_B="referable_dr", or_equal=True, ignore_row_if="either_value_is_missing")
-    verdicts = _validate("labels", frame, [expectation], ["image_id"])
+    verdicts = gx.validate("labels", frame, [expectation], ["image_id"])
     examples = [{"image_id": r.get("image_id"), "referable_dr": _label(r.get("referable_dr")),
                  "any_dr": _label(r.get("any_dr"))} for r in verdicts[0].rows]
     both_defined = int((frame["any_dr"].notna() & frame["referable_dr"].notna()).sum())
@@ -173,10 +165,10 @@ def check_split_leakage(labels: pd.DataFrame) -> CheckOutcome:
     patient_splits = _splits_by_group(labels, "patient_id")
     hash_splits = _splits_by_group(labels, "content_hash")
     verdicts = [
-        *_validate("patient_splits", _split_counts(patient_splits, "patient_id"),
-                   [_one_split_per_group()], ["patient_id"]),
-        *_validate("hash_splits", _split_counts(hash_splits, "content_hash"),
-                   [_one_split_per_group()], ["content_hash"]),
+        *gx.validate("patient_splits", _split_counts(patient_splits, "patient_id"),
+                     [_one_split_per_group()], ["patient_id"]),
+        *gx.validate("hash_splits", _split_counts(hash_splits, "content_hash"),
+                     [_one_split_per_group()], ["content_hash"]),
     ]
     examples = _interleave([
         _leak_examples(verdicts[0], patient_splits, "patient_id"),
@@ -203,9 +195,9 @@ def check_row_accounting(records_in: int, labels: int, rejects: int) -> CheckOut
               "unaccounted": int(records_in) - int(labels) - int(rejects)}
     frame = pd.DataFrame({"records_in": [counts["records_in"]],
                           "labels_plus_rejects": [counts["labels"] + counts["rejects"]]})
-    expectation = _expect().ExpectColumnPairValuesToBeEqual(column_A="records_in", column_B="labels_plus_rejects")
-    verdicts = _validate("row_accounting", frame, [expectation], [])
-    examples = [] if verdicts[0].entry["success"] else [counts]
+    expectation = gx.expect().ExpectColumnPairValuesToBeEqual(column_A="records_in", column_B="labels_plus_rejects")
+    verdicts = gx.validate("row_accounting", frame, [expectation])
+    examples = [] if verdicts[0].success else [counts]
     return _outcome("row_accounting", verdicts, checked=1, examples=examples, info=counts)
 
 
@@ -222,20 +214,20 @@ def check_metadata_coverage(labels: pd.DataFrame) -> CheckOutcome:
     # measured only (mostly=0): their absence limits nothing here (patient ids have their own check).
     any_value = 0.5 / max(len(frame), 1)
     expectations = [
-        _expect().ExpectColumnValuesToNotBeNull(column=c, mostly=any_value if c in AXIS_COLUMNS else 0.0)
+        gx.expect().ExpectColumnValuesToNotBeNull(column=c, mostly=any_value if c in AXIS_METADATA else 0.0)
         for c in COVERAGE_COLUMNS
     ]
-    verdicts = _validate("labels", frame, expectations, [])
+    verdicts = gx.validate("labels", frame, expectations)
     by_column = dict(zip(COVERAGE_COLUMNS, verdicts, strict=True))
-    coverage = {c: _non_null_fraction(v.entry["unexpected_count"], len(frame)) for c, v in by_column.items()}
-    missing = [c for c in AXIS_COLUMNS if not by_column[c].entry["success"]]
+    coverage = {c: _non_null_fraction(v.unexpected_count, len(frame)) for c, v in by_column.items()}
+    missing = [c for c in AXIS_METADATA if not by_column[c].success]
     examples = [{"column": c, "coverage": coverage[c], "problem": "no image has a value: this axis cannot run"}
                 for c in missing]
     return CheckOutcome(
         name="metadata_coverage",
         success=not missing,
         unexpected_count=len(missing),
-        checked_count=len(AXIS_COLUMNS),
+        checked_count=len(AXIS_METADATA),
         examples=examples,
         expectations=[v.entry for v in verdicts],
         info=coverage,
@@ -250,10 +242,10 @@ def check_patient_ids(labels: pd.DataFrame) -> CheckOutcome:
     are affected.
     """
     frame = labels.reindex(columns=["image_id", "patient_id"])
-    expectation = _expect().ExpectColumnValuesToNotBeNull(column="patient_id")
-    verdicts = _validate("labels", frame, [expectation], ["image_id"])
+    expectation = gx.expect().ExpectColumnValuesToNotBeNull(column="patient_id")
+    verdicts = gx.validate("labels", frame, [expectation], ["image_id"])
     examples = [{"image_id": r.get("image_id"), "column": "patient_id", "value": None} for r in verdicts[0].rows]
-    info = {"rows_without_patient_id": verdicts[0].entry["unexpected_count"]}
+    info = {"rows_without_patient_id": verdicts[0].unexpected_count}
     return _outcome("patient_ids", verdicts, checked=len(frame), examples=examples, info=info)
 
 
@@ -267,8 +259,8 @@ def check_degenerate_tasks(labels: pd.DataFrame, min_positives: int = 10) -> Che
     """
     counts = _class_counts(labels)
     frame = _count_frame(counts)
-    expectation = _expect().ExpectColumnValuesToBeBetween(column="minority_count", min_value=min_positives)
-    verdicts = _validate("task_counts", frame, [expectation], ["task", "split"])
+    expectation = gx.expect().ExpectColumnValuesToBeBetween(column="minority_count", min_value=min_positives)
+    verdicts = gx.validate("task_counts", frame, [expectation], ["task", "split"])
     examples = [{"task": r.get("task"), "split": r.get("split"), **counts[r.get("task")][r.get("split")]}
                 for r in verdicts[0].rows]
     return _outcome("degenerate_tasks", verdicts, checked=len(frame), examples=examples, info=counts)
@@ -303,10 +295,10 @@ def _split_counts(pairs: pd.DataFrame, key: str) -> pd.DataFrame:
 
 
 def _one_split_per_group():
-    return _expect().ExpectColumnValuesToBeBetween(column="split_count", min_value=1, max_value=1)
+    return gx.expect().ExpectColumnValuesToBeBetween(column="split_count", min_value=1, max_value=1)
 
 
-def _leak_examples(verdict: _Verdict, pairs: pd.DataFrame, key: str) -> list[dict]:
+def _leak_examples(verdict: Verdict, pairs: pd.DataFrame, key: str) -> list[dict]:
     """The offending groups with the splits they sit in, e.g. {"patient_id": "17", "splits": ["test", "train"]}."""
     offenders = [r.get(key) for r in verdict.rows]
     splits = pairs[pairs[key].isin(offenders)].groupby(key)["split"].agg(lambda s: sorted(map(str, s)))
@@ -340,167 +332,23 @@ def _count_frame(counts: dict[str, dict[str, dict[str, int]]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns).astype({c: "int64" for c in columns[2:]})
 
 
-# ------------------------------------------------------------------------------------ Great Expectations
-
-
-@dataclass
-class _Verdict:
-    """One expectation's result: the public summary entry and the offending rows GX sampled."""
-
-    entry: dict
-    rows: list[dict]
-
-
-_GX_LOCK = threading.Lock()
-_GX_STATE: dict[str, Any] = {}
-
-
-def _gx():
-    """The great_expectations module, imported on first use so that importing this module stays fast."""
-    import great_expectations
-
-    return great_expectations
-
-
-def _expect():
-    """The namespace of GX expectation classes (ExpectColumnValuesToBeInSet, ...)."""
-    return _gx().expectations
-
-
-def _context():
-    """The process-wide in-memory GX context and its pandas data source, built once.
-
-    The stock ephemeral context creates a temporary data-docs folder; configuring the stores in memory and
-    no docs sites keeps everything off disk. Progress bars are off (they would flood the run logs) and so
-    are usage statistics (through the config and GX_ANALYTICS_ENABLED, for releases that read it).
-    """
-    with _GX_LOCK:
-        if "context" not in _GX_STATE:
-            os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-            gx = _gx()
-            from great_expectations.data_context.types.base import (
-                DataContextConfig,
-                InMemoryStoreBackendDefaults,
-                ProgressBarsConfig,
-            )
-
-            config = DataContextConfig(
-                store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False),
-                analytics_enabled=False,
-                progress_bars=ProgressBarsConfig(globally=False, metric_calculations=False),
-            )
-            context = gx.get_context(project_config=config, mode="ephemeral")
-            _GX_STATE["context"] = context
-            _GX_STATE["source"] = context.data_sources.add_pandas("focus_labels")
-            _GX_STATE["batch_definitions"] = {}
-        return _GX_STATE["context"]
-
-
-def _batch_definition(kind: str):
-    """The whole-dataframe batch definition for one kind of frame, created on first use and re-used."""
-    _context()
-    with _GX_LOCK:
-        definitions = _GX_STATE["batch_definitions"]
-        if kind not in definitions:
-            asset = _GX_STATE["source"].add_dataframe_asset(kind)
-            definitions[kind] = asset.add_batch_definition_whole_dataframe("whole")
-        return definitions[kind]
-
-
-def _validate(kind: str, frame: pd.DataFrame, expectations: list, key: list[str]) -> list[_Verdict]:
-    """Run the expectations on `frame` as one suite and return their verdicts in the order given.
-
-    One suite is about twice as fast as the same expectations one by one (the metrics share one pass).
-    `key` names the columns that identify an offending row in the sampled results.
-    """
-    for order, expectation in enumerate(expectations):
-        expectation.meta = {_ORDER_KEY: order}
-    suite = _gx().ExpectationSuite(name=f"focus_{kind}", expectations=expectations)
-    batch = _batch_definition(kind).get_batch(batch_parameters={"dataframe": frame})
-    result = batch.validate(suite, result_format=_result_format(key))
-    by_order = {r.expectation_config.meta[_ORDER_KEY]: r for r in result.results}
-    return [_verdict(by_order[order], type(expectation).__name__) for order, expectation in enumerate(expectations)]
-
-
-def _result_format(key: list[str]) -> dict:
-    result_format = {
-        "result_format": "SUMMARY",  # counts plus a sample; COMPLETE would list every offending row
-        "partial_unexpected_count": MAX_EXAMPLES,
-        "return_unexpected_index_query": False,
-    }
-    if key:
-        result_format["unexpected_index_column_names"] = list(key)
-    return result_format
-
-
-def _verdict(result, expectation_name: str) -> _Verdict:
-    config = result.expectation_config
-    details = result.result or {}
-    entry = {
-        "expectation": expectation_name,
-        "column(s)": _columns_of(config.kwargs),
-        "success": bool(result.success),
-        "unexpected_count": _unexpected_count(details),
-        "partial_unexpected_list": _jsonable(_partial_unexpected(details)[:MAX_EXAMPLES]),
-    }
-    error = _error_message(result.exception_info)
-    if error:
-        # An expectation that could not be evaluated must not pass.
-        entry.update(success=False, error=error)
-    rows = details.get("partial_unexpected_index_list") or []
-    return _Verdict(entry=entry, rows=[_jsonable(r) for r in rows[:MAX_EXAMPLES] if isinstance(r, dict)])
-
-
-def _columns_of(kwargs: dict):
-    if "column" in kwargs:
-        return kwargs["column"]
-    if "column_A" in kwargs:
-        return [kwargs["column_A"], kwargs["column_B"]]
-    return list(kwargs.get("column_list") or kwargs.get("column_set") or [])
-
-
-def _unexpected_count(details: dict) -> int:
-    if "unexpected_count" in details:
-        return int(details["unexpected_count"] or 0)
-    # Table-level expectations report mismatched columns instead of rows.
-    return len(details.get("details", {}).get("mismatched", {}).get("missing", []))
-
-
-def _partial_unexpected(details: dict) -> list:
-    if "partial_unexpected_list" in details:
-        return list(details["partial_unexpected_list"])
-    return sorted(details.get("details", {}).get("mismatched", {}).get("missing", []))
-
-
-def _error_message(exception_info) -> str | None:
-    """GX reports exceptions either flat or keyed by metric; return the first message, if any."""
-    if not exception_info:
-        return None
-    infos = [exception_info] if "raised_exception" in exception_info else list(exception_info.values())
-    for info in infos:
-        if isinstance(info, dict) and info.get("raised_exception", True) and info.get("exception_message"):
-            return str(info["exception_message"])
-    return None
-
-
 # ------------------------------------------------------------------------------------------------ helpers
 
 
-def _outcome(name: str, verdicts: list[_Verdict], *, checked: int, examples: Iterable[dict],
+def _outcome(name: str, verdicts: list[Verdict], *, checked: int, examples: Iterable[dict],
              info: dict | None = None) -> CheckOutcome:
-    entries = [v.entry for v in verdicts]
     return CheckOutcome(
         name=name,
-        success=all(e["success"] for e in entries),
-        unexpected_count=sum(e["unexpected_count"] for e in entries),
+        success=all(v.success for v in verdicts),
+        unexpected_count=sum(v.unexpected_count for v in verdicts),
         checked_count=int(checked),
-        examples=_jsonable(list(examples)[:MAX_EXAMPLES]),
-        expectations=entries,
-        info=_jsonable(info or {}),
+        examples=gx.jsonable(list(examples)[:MAX_EXAMPLES]),
+        expectations=[v.entry for v in verdicts],
+        info=gx.jsonable(info or {}),
     )
 
 
-def _row_examples(verdict: _Verdict) -> list[dict]:
+def _row_examples(verdict: Verdict) -> list[dict]:
     """{"image_id", "column", "value"} for each offending row of a single-column expectation."""
     column = verdict.entry["column(s)"]
     if not isinstance(column, str):  # the table-columns expectation: the offenders are missing columns
@@ -533,19 +381,3 @@ def _label(value):
     """A task label as 0, 1 or None (GX hands back floats and NaN)."""
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else int(value)
 
-
-def _jsonable(value):
-    """The same structure in plain JSON types: numpy scalars unwrapped, NaN and NA as None."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return None if math.isnan(value) or math.isinf(value) else value
-    if hasattr(value, "item"):  # numpy scalar
-        return _jsonable(value.item())
-    if pd.isna(value):
-        return None
-    return value.isoformat() if hasattr(value, "isoformat") else str(value)

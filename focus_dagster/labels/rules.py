@@ -24,7 +24,14 @@ import numpy as np
 import pandas as pd
 
 TASKS = ("any_dr", "referable_dr", "gon")
-METADATA = ("age", "sex", "quality", "camera", "eye")
+# A task label is one of these or null: null means "not defined for this image", never a negative.
+TASK_VALUES = (0, 1)
+# The metadata the fairness and quality axes group by (datasets.md); eye is laterality, kept where given.
+AXIS_METADATA = ("age", "sex", "quality", "camera")
+METADATA = (*AXIS_METADATA, "eye")
+# The canonical codes of the coded metadata columns, the only values a rule may write there (age and camera
+# are free values). Each rule maps its dataset's own codes onto these.
+METADATA_CODES = {"sex": ("F", "M"), "quality": ("adequate", "inadequate"), "eye": ("R", "L")}
 
 Frame = pd.DataFrame
 Series = pd.Series

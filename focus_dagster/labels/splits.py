@@ -19,10 +19,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from focus_dagster.datasets.base import decode_label_bytes, normalise_header
+from focus_dagster.datasets.label_files import decode_label_bytes, normalise_header
+from focus_dagster.datasets.records import SPLITS
 from focus_dagster.errors import DatasetLayoutError
+from focus_dagster.labels.rules import TASKS
 
-SPLITS = ("train", "val", "test")
 TEST_FRACTION = 0.4
 # Native splits as the reference benchmark uses them: REFUGE's official validation set is its test set.
 NATIVE_SPLIT_MAP = {
@@ -179,7 +180,7 @@ def seeded_split(labels: pd.DataFrame, seed: int) -> SplitAssignment:
 
 def _strata(labels: pd.DataFrame) -> pd.Series:
     """One stratum per pattern of defined task labels, e.g. '1|0|-'."""
-    parts = [labels[t].astype("Int8").astype(str).replace("<NA>", "-") for t in ("any_dr", "referable_dr", "gon")]
+    parts = [labels[t].astype("Int8").astype(str).replace("<NA>", "-") for t in TASKS]
     return parts[0] + "|" + parts[1] + "|" + parts[2]
 
 

@@ -8,7 +8,6 @@ Weights are read from safetensors, or with `torch.load(weights_only=True)`: neve
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -44,20 +43,6 @@ class LoadReport:
             data[key] = data[key][:20]
         data["clean"] = self.clean
         return data
-
-
-def file_sha256(path: str | Path) -> str:
-    """Content hash of a weights file, or of every file of a weights folder (sorted by name)."""
-    path = Path(path)
-    digest = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for item in files:
-        if path.is_dir():
-            digest.update(item.relative_to(path).as_posix().encode() + b"\0")
-        with open(item, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
 
 
 def read_weights(path: str | Path, model_id: str) -> dict:

@@ -171,8 +171,10 @@ BUILTIN_DEFAULTS = (
 CATALOG: dict[str, ModelSpec] = {spec.id: spec for spec in REFERENCE_GRID + BUILTIN_DEFAULTS}
 # One model per interface (the seeded tiny ViT stays selectable: `models: [tiny_vit]`).
 DEFAULT_MODELS = ("efficientnet_lite0", "tiny_clip", "tiny_llava")
+# Seeded pipeline-check models, written on first use into the platform's model cache.
+SELF_BUILDING_FAMILIES = ("tiny_vit", "tiny_clip", "tiny_llava")
 # Models whose weights ship with the code or are generated on first use: always available.
-BUILTIN_FAMILIES = ("efficientnet_lite0", "tiny_vit", "tiny_clip", "tiny_llava")
+BUILTIN_FAMILIES = ("efficientnet_lite0", *SELF_BUILDING_FAMILIES)
 
 
 def is_hub_id(source: str | None) -> bool:

@@ -20,20 +20,18 @@ from focus_dagster.models.spec import ModelSpec, ModelSpecError, Preprocess
 OVERRIDABLE = {"path", "revision", "options", "pooling", "dtype", "trust_remote_code", "preprocess", "notes",
                "pretrained_on"}
 REQUIRED_FOR_NEW = ("family", "interface", "domain", "source")
-# Built-in seeded models are written on first use; their folder defaults to the platform's model cache.
-SELF_BUILDING_FAMILIES = ("tiny_vit", "tiny_clip", "tiny_llava")
 
 
 def resolve_models(entries: Iterable | None, cache_dir: Path, where: str = "focus.yaml") -> dict[str, ModelSpec]:
     """Model id -> spec for every selected model, in the order given."""
-    from focus_dagster.models.catalog import CATALOG, DEFAULT_MODELS
+    from focus_dagster.models.catalog import CATALOG, DEFAULT_MODELS, SELF_BUILDING_FAMILIES
 
     entries = list(entries) if entries is not None else list(DEFAULT_MODELS)
     specs: dict[str, ModelSpec] = {}
     for entry in entries:
         entry = {"id": entry} if isinstance(entry, str) else dict(entry)
         spec = _spec_for(entry, CATALOG, where)
-        if spec.path is None and spec.family in SELF_BUILDING_FAMILIES:
+        if spec.path is None and spec.family in SELF_BUILDING_FAMILIES:  # their folder: the model cache
             spec = spec.with_path(Path(cache_dir) / spec.id)
         if spec.id in specs:
             raise ModelSpecError(f"{where}: model {spec.id!r} is listed twice under `models`.")

@@ -442,7 +442,7 @@ def build_tiny_mllm(
     `folder` in hub layout; return folder."""
     import torch
 
-    from focus_dagster.models.loaders.hub_family import quiet_transformers
+    from focus_dagster.models.quiet import quiet_transformers
 
     _check_family(family)
     quiet_transformers()

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-import shutil
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Iterable
 
 from focus_dagster.datasets.registry import DATASET_KEYS
 from focus_dagster.errors import ConfigError, UnknownDatasetError
+from focus_dagster.files import atomic_path
 from focus_dagster.synthetic.common import (
     DEFAULT_SCALE,
     SynthManifest,
@@ -65,25 +65,20 @@ def synthesize(
         raise UnknownDatasetError(f"unknown dataset(s) {unknown}; known datasets: {', '.join(DATASET_KEYS)}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    staging, plans = {}, {}
-    for key in keys:
-        tmp = out / f".{key}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        writer = importlib.import_module(f"focus_dagster.synthetic.{key}")
-        plans[key] = writer.plan(tmp, per_dataset, dataset_rng(seed, key), scale)
-        staging[key] = tmp
-    # One pool for the images of all datasets, so that small datasets do not leave cores idle.
-    render_jobs([(staging[key], job) for key, p in plans.items() for job in p.jobs], workers)
-    manifests = {}
-    for key, tmp in staging.items():
-        manifest = plans[key].manifest
-        (tmp / MANIFEST_NAME).write_text(json.dumps(_manifest_record(manifest, seed, per_dataset, scale), indent=1))
-        final = out / key
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        manifest.root = final
-        manifests[key] = manifest
+    plans = {}
+    with ExitStack() as staging:  # each dataset is written into a partial folder, renamed into place at the end
+        for key in keys:
+            partial = staging.enter_context(atomic_path(out / key))
+            partial.mkdir(parents=True)
+            writer = importlib.import_module(f"focus_dagster.synthetic.{key}")
+            plans[key] = (partial, writer.plan(partial, per_dataset, dataset_rng(seed, key), scale))
+        # One pool for the images of all datasets, so that small datasets do not leave cores idle.
+        render_jobs([(partial, job) for partial, p in plans.values() for job in p.jobs], workers)
+        for key, (partial, plan) in plans.items():
+            record = _manifest_record(plan.manifest, seed, per_dataset, scale)
+            (partial / MANIFEST_NAME).write_text(json.dumps(record, indent=1))
+            plan.manifest.root = out / key
+    manifests = {key: plan.manifest for key, (_, plan) in plans.items()}
     return manifests
 
 

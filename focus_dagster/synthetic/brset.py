@@ -27,6 +27,7 @@ from focus_dagster.synthetic.common import (
     seeds,
     write_csv,
 )
+from focus_dagster.synthetic.render import FundusSpec
 
 KEY = "brset"
 CAMERAS = {"Canon CR": ("canon_cr", (2048, 1536)), "NIKON NF5050": ("nikon_nf5050", (1956, 1934))}
@@ -117,19 +118,21 @@ def image_jobs(labels: pd.DataFrame, rng: np.random.Generator, scale: float) -> 
         jobs.append(
             ImageJob(
                 rel_path=f"fundus_photos/{row.image_id}.jpg",
-                width=width,
-                height=height,
-                camera=camera,
                 seed=image_seeds[i],
-                dr_grade=int(row.DR_ICDR),
-                macular_edema=bool(row.macular_edema),
-                cup_disc_ratio=float(cdr[i]),
-                eye="R" if row.exam_eye == 1 else "L",
-                lesion_contrast=FEMALE_LESION_CONTRAST if row.patient_sex == 2 else 1.0,
-                blur=float(blur[i]),
-                illumination=float(illumination[i]),
-                artifacts=float(artifacts[i]),
-                extra=extra,
+                spec=FundusSpec(
+                    width=width,
+                    height=height,
+                    camera=camera,
+                    dr_grade=int(row.DR_ICDR),
+                    macular_edema=bool(row.macular_edema),
+                    cup_disc_ratio=float(cdr[i]),
+                    eye="R" if row.exam_eye == 1 else "L",
+                    lesion_contrast=FEMALE_LESION_CONTRAST if row.patient_sex == 2 else 1.0,
+                    blur=float(blur[i]),
+                    illumination=float(illumination[i]),
+                    artifacts=float(artifacts[i]),
+                    extra=extra,
+                ),
             )
         )
     return jobs

@@ -20,6 +20,9 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from focus_dagster.files import write_bytes_atomically
+from focus_dagster.synthetic.render import FundusGeometry, FundusSpec, fundus_geometry, render_fundus
+
 # Published image sizes (width, height) at full resolution; look-alikes are written at these times `scale`.
 DEFAULT_SCALE = 0.125
 MIN_SIDE = 64
@@ -27,23 +30,21 @@ MIN_SIDE = 64
 
 @dataclass(frozen=True)
 class ImageJob:
-    """One image to render: path relative to the dataset root, the fundus content, and file format details."""
+    """One image to render: its path relative to the dataset root, what it shows, and how it is saved.
+
+    `spec` decides the picture's content and `seed` its random details (vessel tree, lesion positions,
+    noise): the same pair always gives the same pixels. Jobs are pickled to the rendering processes, so
+    every field must stay a picklable value (the spec and its camera are frozen dataclasses).
+    """
 
     rel_path: str
-    width: int
-    height: int
-    camera: str
+    spec: FundusSpec
     seed: int
-    dr_grade: int = 0
-    macular_edema: bool = False
-    cup_disc_ratio: float = 0.3
-    eye: str = "R"
-    lesion_contrast: float = 1.0
-    blur: float = 0.0
-    illumination: float = 0.0
-    artifacts: float = 0.0
-    extra: tuple[str, ...] = ()
     jpeg_quality: int = 90
+
+    def geometry(self) -> FundusGeometry:
+        """Pixel geometry (disc, cup, fovea) of the image this job renders, for annotation files."""
+        return fundus_geometry(self.spec, self.seed)
 
 
 @dataclass
@@ -168,18 +169,11 @@ def write_csv(
     data = buffer.getvalue().encode(encoding)
     if bom:
         data = b"\xef\xbb\xbf" + data
-    atomic_write_bytes(path, data)
+    write_bytes_atomically(path, data)
 
 
 def _is_missing(value) -> bool:
     return value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 # ------------------------------------------------------------------------------------------------ images
@@ -201,38 +195,9 @@ def render_jobs(items: Sequence[tuple[Path, ImageJob]], workers: int | None = No
     return len(items)
 
 
-def job_spec(job: ImageJob):
-    """The renderer's FundusSpec for a job."""
-    from focus_dagster.synthetic.render import CAMERAS, FundusSpec
-
-    return FundusSpec(
-        width=job.width,
-        height=job.height,
-        camera=CAMERAS[job.camera],
-        dr_grade=job.dr_grade,
-        macular_edema=job.macular_edema,
-        cup_disc_ratio=job.cup_disc_ratio,
-        eye=job.eye,
-        lesion_contrast=job.lesion_contrast,
-        blur=job.blur,
-        illumination=job.illumination,
-        artifacts=job.artifacts,
-        extra=job.extra,
-    )
-
-
-def job_geometry(job: ImageJob):
-    """Pixel geometry (disc, cup, fovea) of the image a job renders, for annotation files."""
-    from focus_dagster.synthetic.render import fundus_geometry
-
-    return fundus_geometry(job_spec(job), job.seed)
-
-
 def render_job(root: Path, job: ImageJob) -> None:
-    from focus_dagster.synthetic.render import render_fundus
-
-    spec = job_spec(job)
-    image = render_fundus(spec, job.seed)
+    """Render one job and write it atomically in the format its file name says."""
+    image = render_fundus(job.spec, job.seed)
     path = root / job.rel_path
     path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
@@ -240,7 +205,7 @@ def render_job(root: Path, job: ImageJob) -> None:
         image.save(buffer, format="PNG", compress_level=1)
     else:
         image.save(buffer, format="JPEG", quality=job.jpeg_quality)
-    atomic_write_bytes(path, buffer.getvalue())
+    write_bytes_atomically(path, buffer.getvalue())
 
 
 def cup_disc_ratio(rng: np.random.Generator, glaucoma: Iterable[bool]) -> np.ndarray:

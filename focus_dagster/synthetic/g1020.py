@@ -25,19 +25,19 @@ from focus_dagster.datasets.g1020 import (
     LABEL_FILE,
     PUBLISHED_COLUMNS,
 )
+from focus_dagster.files import write_bytes_atomically
 from focus_dagster.synthetic.common import (
     ImageJob,
     SynthManifest,
     SynthPlan,
     allocate,
-    atomic_write_bytes,
     choice,
     cup_disc_ratio,
-    job_geometry,
     scaled_size,
     seeds,
     write_csv,
 )
+from focus_dagster.synthetic.render import FundusSpec
 
 KEY = "g1020"
 LABEL_COUNTS = [724, 296]
@@ -79,12 +79,14 @@ def image_jobs(labels: pd.DataFrame, rng: np.random.Generator, scale: float) -> 
         jobs.append(
             ImageJob(
                 rel_path=f"{DATASET_FOLDER}/{IMAGE_DIR}/{image_id}",
-                width=width,
-                height=height,
-                camera="generic",
                 seed=image_seeds[i],
-                cup_disc_ratio=float(cdr[i]),
-                eye=str(eyes[i]),
+                spec=FundusSpec(
+                    width=width,
+                    height=height,
+                    camera="generic",
+                    cup_disc_ratio=float(cdr[i]),
+                    eye=str(eyes[i]),
+                ),
             )
         )
     return jobs
@@ -102,15 +104,15 @@ def write_labelme(image_path: Path, job: ImageJob) -> None:
         ],
         "imagePath": image_path.name,
         "imageData": None,
-        "imageHeight": job.height,
-        "imageWidth": job.width,
+        "imageHeight": job.spec.height,
+        "imageWidth": job.spec.width,
     }
-    atomic_write_bytes(image_path.with_suffix(".json"), json.dumps(document, indent=2).encode("utf-8"))
+    write_bytes_atomically(image_path.with_suffix(".json"), json.dumps(document, indent=2).encode("utf-8"))
 
 
 def disc_and_cup_ellipses(job: ImageJob) -> tuple[tuple[float, float, float, float], ...]:
     """(centre x, centre y, x radius, y radius) of the disc and the cup the renderer draws, in pixels."""
-    geometry = job_geometry(job)
+    geometry = job.geometry()
     return geometry.disc, geometry.cup
 
 

@@ -28,15 +28,16 @@ from focus_dagster.datasets.idrid import (
     PUBLISHED_RESOLUTION,
     SPLIT_LAYOUTS,
 )
+from focus_dagster.files import write_bytes_atomically
 from focus_dagster.synthetic.common import (
     ImageJob,
     SynthManifest,
     SynthPlan,
-    atomic_write_bytes,
     choice,
     scaled_size,
     seeds,
 )
+from focus_dagster.synthetic.render import FundusSpec
 
 KEY = "idrid"
 CAMERA = "kowa_vx10"
@@ -111,7 +112,7 @@ def write_label_file(path: Path, frame: pd.DataFrame) -> None:
     writer.writerow(PUBLISHED_HEADER + padding)
     for row in frame.itertuples(index=False):
         writer.writerow([str(v) for v in row] + padding)
-    atomic_write_bytes(path, buffer.getvalue().encode("utf-8"))
+    write_bytes_atomically(path, buffer.getvalue().encode("utf-8"))
 
 
 def image_jobs(frame: pd.DataFrame, image_dir: str, rng: np.random.Generator, scale: float) -> list[ImageJob]:
@@ -121,13 +122,15 @@ def image_jobs(frame: pd.DataFrame, image_dir: str, rng: np.random.Generator, sc
     return [
         ImageJob(
             rel_path=f"{image_dir}/{row[0]}.jpg",
-            width=width,
-            height=height,
-            camera=CAMERA,
             seed=image_seeds[i],
-            dr_grade=int(row[1]),
-            macular_edema=bool(row[2] > 0),
-            eye=str(eyes[i]),
+            spec=FundusSpec(
+                width=width,
+                height=height,
+                camera=CAMERA,
+                dr_grade=int(row[1]),
+                macular_edema=bool(row[2] > 0),
+                eye=str(eyes[i]),
+            ),
         )
         for i, row in enumerate(frame.itertuples(index=False))
     ]

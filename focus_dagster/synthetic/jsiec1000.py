@@ -34,6 +34,7 @@ from focus_dagster.synthetic.common import (
     scaled_size,
     seeds,
 )
+from focus_dagster.synthetic.render import FundusSpec
 
 KEY = "jsiec1000"
 FOLDERS = list(CLASS_FOLDERS)
@@ -121,18 +122,20 @@ def image_jobs(folders: list[str], names: list[str], rng: np.random.Generator, s
         jobs.append(
             ImageJob(
                 rel_path=f"{IMAGE_ROOT}/{folder}/{name}",
-                width=width,
-                height=height,
-                camera="generic",
                 seed=image_seeds[i],
-                dr_grade=c.get("dr_grade", 0),
-                macular_edema=c.get("macular_edema", False),
-                cup_disc_ratio=float(cdr[i]),
-                eye=str(eyes[i]),
-                blur=float(blur[i]),
-                illumination=c.get("illumination", 0.0),
-                artifacts=c.get("artifacts", 0.0),
-                extra=c.get("extra", ()),
+                spec=FundusSpec(
+                    width=width,
+                    height=height,
+                    camera="generic",
+                    dr_grade=c.get("dr_grade", 0),
+                    macular_edema=c.get("macular_edema", False),
+                    cup_disc_ratio=float(cdr[i]),
+                    eye=str(eyes[i]),
+                    blur=float(blur[i]),
+                    illumination=c.get("illumination", 0.0),
+                    artifacts=c.get("artifacts", 0.0),
+                    extra=c.get("extra", ()),
+                ),
             )
         )
     return jobs

@@ -24,6 +24,7 @@ from focus_dagster.synthetic.common import (
     seeds,
     write_csv,
 )
+from focus_dagster.synthetic.render import FundusSpec
 
 KEY = "mbrset"
 NATIVE_SIZE = (1600, 1600)
@@ -93,17 +94,19 @@ def image_jobs(labels: pd.DataFrame, rng: np.random.Generator, scale: float) -> 
     return [
         ImageJob(
             rel_path=f"images/{row.file}",
-            width=width,
-            height=height,
-            camera="phelcom_eyer",
             seed=image_seeds[i],
-            dr_grade=int(row.true_grade),
-            macular_edema=bool(row.true_edema),
-            cup_disc_ratio=float(cdr[i]),
-            eye="R" if row.laterality == "right" else "L",
-            blur=float(blur[i]),
-            illumination=float(illumination[i]),
-            artifacts=float(artifacts[i]),
+            spec=FundusSpec(
+                width=width,
+                height=height,
+                camera="phelcom_eyer",
+                dr_grade=int(row.true_grade),
+                macular_edema=bool(row.true_edema),
+                cup_disc_ratio=float(cdr[i]),
+                eye="R" if row.laterality == "right" else "L",
+                blur=float(blur[i]),
+                illumination=float(illumination[i]),
+                artifacts=float(artifacts[i]),
+            ),
         )
         for i, row in enumerate(labels.itertuples(index=False))
     ]

@@ -34,6 +34,7 @@ from focus_dagster.synthetic.common import (
     seeds,
     write_csv,
 )
+from focus_dagster.synthetic.render import FundusSpec
 
 KEY = "messidor_2"
 IMAGE_DIR = IMAGE_DIRS[0]
@@ -123,17 +124,19 @@ def image_jobs(labels: pd.DataFrame, rng: np.random.Generator, scale: float) -> 
         jobs.append(
             ImageJob(
                 rel_path=f"{IMAGE_DIR}/{row.id_code}",
-                width=width,
-                height=height,
-                camera=CAMERA,
                 seed=image_seeds[i],
-                dr_grade=int(row.grade_),
-                macular_edema=bool(row.dme_),
-                cup_disc_ratio=float(cdr[i]),
-                eye=row.eye_,
-                blur=float(blur[i]),
-                illumination=float(illumination[i]),
-                artifacts=float(artifacts[i]),
+                spec=FundusSpec(
+                    width=width,
+                    height=height,
+                    camera=CAMERA,
+                    dr_grade=int(row.grade_),
+                    macular_edema=bool(row.dme_),
+                    cup_disc_ratio=float(cdr[i]),
+                    eye=row.eye_,
+                    blur=float(blur[i]),
+                    illumination=float(illumination[i]),
+                    artifacts=float(artifacts[i]),
+                ),
             )
         )
     return jobs

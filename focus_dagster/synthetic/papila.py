@@ -31,16 +31,17 @@ from focus_dagster.datasets.papila import (
     PUBLISHED_HEADER,
     PUBLISHED_RESOLUTION,
 )
+from focus_dagster.files import write_bytes_atomically
 from focus_dagster.synthetic.common import (
     ImageJob,
     SynthManifest,
     SynthPlan,
-    atomic_write_bytes,
     clipped_normal,
     cup_disc_ratio,
     scaled_size,
     seeds,
 )
+from focus_dagster.synthetic.render import FundusSpec
 
 KEY = "papila"
 CAMERA = "topcon_nw400"
@@ -128,7 +129,7 @@ def write_clinical_workbook(path: Path, rows: pd.DataFrame) -> None:
         sheet.merge_cells(start_row=1, start_column=start, end_row=2 if vertical else 1, end_column=end)
     for record in rows[PUBLISHED_COLUMNS].itertuples(index=False):
         sheet.append([_cell(v) for v in record])
-    atomic_write_bytes(path, reproducible_xlsx_bytes(workbook))
+    write_bytes_atomically(path, reproducible_xlsx_bytes(workbook))
 
 
 def header_merges() -> list[tuple[int, int, bool]]:
@@ -192,7 +193,7 @@ def write_contours(root: Path, rows: pd.DataFrame, rng: np.random.Generator, sca
             wobble = rng.uniform(0.95, 1.05)
             for part, radius in (("disc", disc), ("cup", cup)):
                 text = ellipse_points(cx, cy, radius * wobble, radius * wobble * 1.08)
-                atomic_write_bytes(root / CONTOUR_DIR / f"{stem}_{part}_exp{expert}.txt", text.encode())
+                write_bytes_atomically(root / CONTOUR_DIR / f"{stem}_{part}_exp{expert}.txt", text.encode())
 
 
 def ellipse_points(cx: float, cy: float, rx: float, ry: float, points: int = 48) -> str:
@@ -210,12 +211,14 @@ def image_jobs(table: pd.DataFrame, rng: np.random.Generator, scale: float) -> l
     return [
         ImageJob(
             rel_path=f"{IMAGE_DIR}/RET{row.number:03d}{row.eye}.jpg",
-            width=width,
-            height=height,
-            camera=CAMERA,
             seed=image_seeds[i],
-            cup_disc_ratio=float(cdr[i]),
-            eye="R" if row.eye == "OD" else "L",
+            spec=FundusSpec(
+                width=width,
+                height=height,
+                camera=CAMERA,
+                cup_disc_ratio=float(cdr[i]),
+                eye="R" if row.eye == "OD" else "L",
+            ),
         )
         for i, row in enumerate(table.itertuples(index=False))
     ]

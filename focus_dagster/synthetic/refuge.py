@@ -17,18 +17,18 @@ from pathlib import Path
 import numpy as np
 
 from focus_dagster.datasets.refuge import DATASET_FOLDER, INDEX_FILE, SPLIT_FOLDERS
+from focus_dagster.files import write_bytes_atomically
 from focus_dagster.synthetic.common import (
     ImageJob,
     SynthManifest,
     SynthPlan,
     allocate,
-    atomic_write_bytes,
     choice,
     cup_disc_ratio,
-    job_geometry,
     scaled_size,
     seeds,
 )
+from focus_dagster.synthetic.render import FundusSpec
 
 KEY = "refuge"
 IMAGE_FOLDER = "Images"
@@ -80,12 +80,14 @@ def image_jobs(
     return [
         ImageJob(
             rel_path=f"{DATASET_FOLDER}/{split}/{IMAGE_FOLDER}/{stem}.jpg",
-            width=width,
-            height=height,
-            camera=camera,
             seed=image_seeds[i],
-            cup_disc_ratio=float(cdr[i]),
-            eye=str(eyes[i]),
+            spec=FundusSpec(
+                width=width,
+                height=height,
+                camera=camera,
+                cup_disc_ratio=float(cdr[i]),
+                eye=str(eyes[i]),
+            ),
         )
         for i, (stem, _) in enumerate(labels)
     ]
@@ -94,9 +96,9 @@ def image_jobs(
 def write_index(path: Path, split: str, labels: list[tuple[str, int | None]], jobs: list[ImageJob]) -> None:
     records = {}
     for k, ((stem, label), job) in enumerate(zip(labels, jobs)):
-        record = {"ImgName": f"{stem}.jpg", "Size_X": job.width, "Size_Y": job.height}
+        record = {"ImgName": f"{stem}.jpg", "Size_X": job.spec.width, "Size_Y": job.spec.height}
         if split in LABELLED:
-            fovea_x, fovea_y = job_geometry(job).fovea
+            fovea_x, fovea_y = job.geometry().fovea
             record.update(Fovea_X=round(fovea_x, 2), Fovea_Y=round(fovea_y, 2), Label=label)
         records[str(k)] = record
-    atomic_write_bytes(path, json.dumps(records, indent=1).encode("utf-8"))
+    write_bytes_atomically(path, json.dumps(records, indent=1).encode("utf-8"))

@@ -32,6 +32,7 @@ from focus_dagster.synthetic.common import (
     seeds,
     write_csv,
 )
+from focus_dagster.synthetic.render import FundusSpec
 
 KEY = "rfmid"
 SPLIT_SHARES = {"train": 1920, "val": 640, "test": 640}
@@ -152,15 +153,17 @@ def image_jobs(frame: pd.DataFrame, image_dir: str, rng: np.random.Generator, sc
         jobs.append(
             ImageJob(
                 rel_path=f"{image_dir}/{row['ID']}.png",
-                width=width,
-                height=height,
-                camera=signature,
                 seed=image_seeds[i],
-                dr_grade=int(grade[i]),
-                macular_edema=bool(row["CME"]),
-                cup_disc_ratio=float(cdr[i]),
-                eye=str(eyes[i]),
-                extra=extra,
+                spec=FundusSpec(
+                    width=width,
+                    height=height,
+                    camera=signature,
+                    dr_grade=int(grade[i]),
+                    macular_edema=bool(row["CME"]),
+                    cup_disc_ratio=float(cdr[i]),
+                    eye=str(eyes[i]),
+                    extra=extra,
+                ),
             )
         )
     return jobs

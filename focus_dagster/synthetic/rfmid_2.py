@@ -34,6 +34,7 @@ from focus_dagster.synthetic.common import (
     seeds,
     write_csv,
 )
+from focus_dagster.synthetic.render import FundusSpec
 
 KEY = "rfmid_2"
 SPLIT_IMAGES = {"train": 507, "val": 177, "test": 170}
@@ -156,15 +157,17 @@ def image_jobs(frame: pd.DataFrame, folder: str, rng: np.random.Generator, scale
         jobs.append(
             ImageJob(
                 rel_path=f"{folder}/{row['ID']}{row['extension']}",
-                width=width,
-                height=height,
-                camera=camera,
                 seed=image_seeds[i],
-                dr_grade=int(grade[i]),
-                macular_edema=bool(row["ME"]),
-                cup_disc_ratio=float(cdr[i]),
-                eye=str(eyes[i]),
-                extra=tuple(sorted({tag for column, tag in EXTRA_FINDINGS.items() if row[column] == 1})),
+                spec=FundusSpec(
+                    width=width,
+                    height=height,
+                    camera=camera,
+                    dr_grade=int(grade[i]),
+                    macular_edema=bool(row["ME"]),
+                    cup_disc_ratio=float(cdr[i]),
+                    eye=str(eyes[i]),
+                    extra=tuple(sorted({tag for column, tag in EXTRA_FINDINGS.items() if row[column] == 1})),
+                ),
             )
         )
     return jobs

@@ -24,8 +24,10 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from focus_dagster.models.audit import LoadReport, file_sha256  # noqa: E402
+from focus_dagster.files import file_sha256  # noqa: E402
+from focus_dagster.models.audit import LoadReport
 from focus_dagster.models.base import LoadedEncoder
+from focus_dagster.models.quiet import quiet_transformers
 from focus_dagster.models.spec import (
     CheckpointError,
     ModelSpec,
@@ -136,13 +138,6 @@ def pretrained_kwargs(spec: ModelSpec, folder: Path) -> dict:
     if spec.revision and not spec.path:
         kwargs["revision"] = spec.revision
     return kwargs
-
-
-def quiet_transformers() -> None:
-    """No progress bars from the library: inside asset steps they only flood the run logs and the terminal."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
 
 
 def load_pretrained(model_class, spec: ModelSpec, folder: Path):

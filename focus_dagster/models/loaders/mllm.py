@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from focus_dagster.models.answer_tokens import AnswerTokens, resolve_answer_tokens
 from focus_dagster.models.audit import LoadReport
 from focus_dagster.models.loaders.hub_family import (
     load_pretrained,
@@ -32,14 +33,17 @@ MLLM_MODEL_TYPES = {
 
 @dataclass
 class LoadedMLLM:
-    """A multimodal LLM ready for yes/no scoring: model, processor, checkpoint audit and answer tokens."""
+    """A multimodal LLM ready for yes/no scoring: model, processor, checkpoint audit and answer tokens.
+
+    Scoring itself lives in focus_dagster.inference.yes_no (`yes_no_scorer(mllm, questions, ...)`).
+    """
 
     spec: ModelSpec
     model: object
     processor: object
     report: LoadReport
     model_type: str
-    tokens: object  # AnswerTokens
+    tokens: AnswerTokens
 
     @property
     def family_name(self) -> str:
@@ -52,12 +56,6 @@ class LoadedMLLM:
         dtype = getattr(torch, self.spec.dtype) if str(device).startswith("cuda") else torch.float32
         self.model.to(device=device, dtype=dtype).eval()
         return self
-
-    def scorer(self, questions, answer_tokens: int = 0, per_image=None):
-        """A YesNoScorer for one question per task (or per image: image id -> questions in task order)."""
-        from focus_dagster.inference.yes_no import YesNoScorer
-
-        return YesNoScorer(self.model, self.processor, self.tokens, list(questions), answer_tokens, per_image)
 
 
 def load_hf_mllm(spec: ModelSpec) -> LoadedMLLM:
@@ -105,8 +103,6 @@ def _processor(spec: ModelSpec, folder: Path):
 
 
 def _ready(spec: ModelSpec, model, processor, report: LoadReport, model_type: str) -> LoadedMLLM:
-    from focus_dagster.inference.yes_no import resolve_answer_tokens
-
     tokens = resolve_answer_tokens(processor.tokenizer, spec.id)
     return LoadedMLLM(spec=spec, model=model, processor=processor, report=report, model_type=model_type, tokens=tokens)
 

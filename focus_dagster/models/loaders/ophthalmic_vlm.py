@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from focus_dagster.files import file_sha256
 from focus_dagster.models.audit import (
-    file_sha256,
     load_audited,
     read_weights,
     select_state_dict,

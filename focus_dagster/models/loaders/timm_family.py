@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from focus_dagster.files import atomic_path, file_sha256
 from focus_dagster.models.audit import (
     SAFETENSORS_SUFFIXES,
     TORCH_SUFFIXES,
-    file_sha256,
     load_audited,
     read_weights,
     select_state_dict,
@@ -440,12 +439,10 @@ def write_tiny_vit_weights(spec: ModelSpec, settings: dict, target: Path) -> Non
         torch.manual_seed(int(settings["seed"]))
         model = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0, **arch)
     tensors = {name: tensor.contiguous().clone() for name, tensor in model.state_dict().items()}
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial_file = target.with_suffix(f".{os.getpid()}.tmp")
     # one metadata entry: the header's metadata map is written in no fixed order, and the bytes must not vary
     metadata = {"focus_pipeline_check": json.dumps({"model": spec.id, "settings": settings}, sort_keys=True)}
-    save_file(tensors, str(partial_file), metadata=metadata)
-    os.replace(partial_file, target)
+    with atomic_path(target) as partial:
+        save_file(tensors, str(partial), metadata=metadata)
 
 
 def load_tiny_vit(spec: ModelSpec) -> LoadedEncoder:

@@ -1,13 +1,33 @@
-"""Where a number came from: the upstream materialisations and observations, read from the Dagster instance."""
+"""The Dagster instance under FOCUS_HOME: where it lives, where its UI listens, and what its event log says.
+
+Wiring, not science: the demo, the UI command, `focus trace` and the assets that record lineage read the
+instance through these functions. Dagster is imported inside them, so that `focus --help` stays instant.
+"""
 
 from __future__ import annotations
 
-import functools
-import subprocess
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import dagster as dg
+if TYPE_CHECKING:
+    import dagster as dg
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+UI_HOST, UI_PORT = "127.0.0.1", 3000
+
+
+def prepare_dagster_home(config) -> Path:
+    """DAGSTER_HOME under FOCUS_HOME, configured by the repository's dagster.yaml (an explicit DAGSTER_HOME wins)."""
+    explicit = os.environ.get("DAGSTER_HOME")
+    if explicit:
+        return Path(explicit)
+    home = config.dagster_home
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(REPO_ROOT / "dagster.yaml", home / "dagster.yaml")
+    return home
 
 
 @dataclass(frozen=True)
@@ -26,8 +46,7 @@ def latest_materialization(instance: dg.DagsterInstance, asset: str, partition: 
     records = instance.fetch_materializations(_filter(asset, partition), limit=1).records
     if not records:
         return None
-    event = records[0].asset_materialization
-    return _produced(asset, partition, records[0], event)
+    return _produced(asset, partition, records[0], records[0].asset_materialization)
 
 
 def latest_observation(instance: dg.DagsterInstance, asset: str, partition: str | None = None) -> Produced | None:
@@ -38,6 +57,8 @@ def latest_observation(instance: dg.DagsterInstance, asset: str, partition: str 
 
 
 def _filter(asset: str, partition: str | None) -> dg.AssetRecordsFilter:
+    import dagster as dg
+
     return dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition] if partition else None)
 
 
@@ -49,24 +70,3 @@ def _produced(asset, partition, record, event) -> Produced:
 
 def _plain(value):
     return value if isinstance(value, (str, int, float, bool, list, dict, type(None))) else str(value)
-
-
-def model_partition(model: str, dataset: str) -> str:
-    """The multi-partition key string of (model, dataset), as the instance stores it."""
-    return str(dg.MultiPartitionKey({"model": model, "dataset": dataset}))
-
-
-@functools.cache
-def code_version() -> str:
-    """The package version, plus the git commit of the checkout it runs from (and '+dirty' for local edits)."""
-    from focus_dagster import __version__
-
-    root = Path(__file__).resolve().parents[1]
-    try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                                text=True, timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return __version__
-    return f"{__version__}+{commit}" + ("-dirty" if dirty else "")

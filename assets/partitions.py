@@ -1,0 +1,60 @@
+"""The shape the configuration gives the graph: registered datasets and selected models become partitions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dagster as dg
+
+from focus_dagster.config import FocusConfig
+from focus_dagster.questions import QuestionBook, question_book
+from resources import ModelHub, layout
+
+ENCODERS = ("vm", "vlm")  # interfaces with an image tower whose embeddings feed linear probes
+DUAL_ENCODERS = ("vlm",)
+MLLMS = ("mllm",)
+
+# A model x dataset output reads the dataset-partitioned asset of its own dataset ...
+BY_DATASET = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name=layout.DATASET)
+# ... or the same model x dataset partition of a model output whose models are a superset.
+SAME_MODEL_AND_DATASET = dg.MultiPartitionMapping({
+    layout.DATASET: dg.DimensionPartitionMapping(layout.DATASET, dg.IdentityPartitionMapping()),
+    layout.MODEL: dg.DimensionPartitionMapping(layout.MODEL, dg.IdentityPartitionMapping()),
+})
+
+
+@dataclass(frozen=True)
+class Registered:
+    """What focus.yaml registers: datasets (the dataset partitions), model specs and the yes/no questions."""
+
+    datasets: dg.StaticPartitionsDefinition
+    specs: dict
+    questions: QuestionBook
+
+    @classmethod
+    def from_config(cls, config: FocusConfig) -> Registered:
+        return cls(
+            datasets=dg.StaticPartitionsDefinition(config.dataset_keys),
+            specs=ModelHub.from_config(config).specs(),
+            questions=question_book(config.questions, str(config.source or "focus.yaml")),
+        )
+
+    @property
+    def dataset_keys(self) -> list[str]:
+        return self.datasets.get_partition_keys()
+
+    def models(self, interfaces: tuple[str, ...]) -> list[str]:
+        """The selected models with one of these interfaces, in the order focus.yaml gives."""
+        return [model for model, spec in self.specs.items() if spec.interface in interfaces]
+
+    def model_partitions(self, interfaces: tuple[str, ...]) -> dg.MultiPartitionsDefinition:
+        """model x dataset over the selected models with one of these interfaces."""
+        return dg.MultiPartitionsDefinition({
+            layout.DATASET: self.datasets,
+            layout.MODEL: dg.StaticPartitionsDefinition(self.models(interfaces)),
+        })
+
+
+def model_and_dataset(context) -> tuple[str, str]:
+    """(model, dataset) of the partition a model-output step runs for."""
+    return layout.model_and_dataset(context.partition_key)

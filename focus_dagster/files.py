@@ -1,0 +1,59 @@
+"""Writing files so that a reader never sees half of one: every output of the platform goes through here."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+
+@contextmanager
+def atomic_path(target: Path, suffix: str = "") -> Iterator[Path]:
+    """A temporary path beside `target` to write to; it replaces `target` in one rename when the block ends.
+
+    The temporary name carries the process id, so two processes writing the same target never share it, and
+    `suffix` for writers that insist on an extension (numpy appends `.npz` otherwise). A failed write leaves
+    `target` as it was and removes the partial file or folder.
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.tmp-{os.getpid()}{suffix}")
+    _remove(partial)  # left by a killed run whose process id this one reuses
+    try:
+        yield partial
+        if partial.is_dir() and target.is_dir():
+            shutil.rmtree(target)
+        os.replace(partial, target)
+    finally:
+        _remove(partial)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def write_bytes_atomically(target: Path, data: bytes) -> Path:
+    with atomic_path(target) as partial:
+        partial.write_bytes(data)
+    return Path(target)
+
+
+def file_sha256(path: str | Path) -> str:
+    """Content hash of a file, or of every file of a folder (sorted by name, each name hashed with its bytes)."""
+    path = Path(path)
+    if not path.is_dir():
+        with open(path, "rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    digest = hashlib.sha256()
+    for item in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(item.relative_to(path).as_posix().encode() + b"\0")
+        with open(item, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()

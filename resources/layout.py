@@ -1,0 +1,112 @@
+"""The storage layout: every table, artifact path and partition key the platform writes, named once.
+
+Tables live in DuckDB (`schema.table`); a table shared by many partitions holds the partition each row
+belongs to in one column. Heavy outputs are files under the artifact store. Model outputs are partitioned by
+model x dataset, which has two spellings: Dagster's `MultiPartitionKey` (dimensions in name order,
+`dataset|model`) for the instance, and `model|dataset` in the `partition` column of the tables. Nothing
+else in the code spells a table name, a path or a key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dagster as dg
+
+
+@dataclass(frozen=True)
+class Table:
+    """A DuckDB table; `partition_column` holds the partition of each row when partitions share the table."""
+
+    schema: str
+    name: str
+    partition_column: str | None = None
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    def __str__(self) -> str:
+        return self.qualified
+
+
+def records_table(dataset: str) -> Table:
+    """Native records: one table per dataset, since every dataset has its own columns."""
+    return Table("records", dataset)
+
+
+QUARANTINE = Table("records", "quarantine", "dataset")
+UNLISTED_IMAGES = Table("records", "unlisted_images", "dataset")
+LABELS = Table("labels", "harmonised", "dataset")
+LABEL_REJECTS = Table("labels", "rejects", "dataset")
+ZERO_SHOT = Table("predictions", "zero_shot", "partition")
+SAMPLES = Table("predictions", "samples", "partition")
+UNAVAILABLE = Table("predictions", "unavailable", "dataset")
+METRICS = Table("metrics", "values", "partition")
+TABLES = (QUARANTINE, UNLISTED_IMAGES, LABELS, LABEL_REJECTS, ZERO_SHOT, SAMPLES, UNAVAILABLE, METRICS)
+
+# The partition of the cross-dataset rows in SAMPLES and METRICS (not a dataset).
+CROSS_PARTITION = "cross"
+
+# ------------------------------------------------------------------------------------------ artifacts
+
+
+def labels_file(dataset: str) -> str:
+    """A Parquet copy of one dataset's rows of LABELS, for steps that must not open DuckDB while they compute."""
+    return f"labels/{dataset}.parquet"
+
+
+def questions_file(dataset: str) -> str:
+    """The yes/no questions rendered for every image of a dataset."""
+    return f"questions/{dataset}.parquet"
+
+
+@dataclass(frozen=True)
+class ModelOutputFiles:
+    """The files of one kind of model x dataset output: `<folder>/<model>/<dataset><suffix>`, the shards of its
+    resumable work beside it, and the images it could not read."""
+
+    folder: str
+    suffix: str = ".parquet"
+
+    def file(self, model: str, dataset: str) -> str:
+        return f"{self.folder}/{model}/{dataset}{self.suffix}"
+
+    def shards(self, model: str, dataset: str) -> str:
+        return f"{self.folder}/{model}/{dataset}.shards"
+
+    def quarantine(self, model: str, dataset: str) -> str:
+        return f"{self.folder}/{model}/{dataset}.quarantine.parquet"
+
+
+EMBEDDINGS = ModelOutputFiles("embeddings")
+TOKEN_PROBABILITIES = ModelOutputFiles("token_probabilities")
+PROBES = ModelOutputFiles("probes", ".npz")
+PROBE_SCORES = ModelOutputFiles("probe_predictions")
+
+LEADERBOARD_REPORT = "reports/leaderboard.md"
+ARTIFACTS = (
+    labels_file("<dataset>"), questions_file("<dataset>"),
+    *(files.file("<model>", "<dataset>") for files in (EMBEDDINGS, TOKEN_PROBABILITIES, PROBES, PROBE_SCORES)),
+    LEADERBOARD_REPORT,
+)
+
+# ------------------------------------------------------------------------------------- partition keys
+
+MODEL, DATASET = "model", "dataset"
+
+
+def model_dataset_key(model: str, dataset: str) -> dg.MultiPartitionKey:
+    """The instance's key of a model output partition."""
+    return dg.MultiPartitionKey({MODEL: model, DATASET: dataset})
+
+
+def model_dataset_row_key(model: str, dataset: str) -> str:
+    """The `partition` column value of a model output's rows in a shared table."""
+    return f"{model}|{dataset}"
+
+
+def model_and_dataset(key: dg.MultiPartitionKey) -> tuple[str, str]:
+    """(model, dataset) of a model output partition key."""
+    dimensions = key.keys_by_dimension
+    return dimensions[MODEL], dimensions[DATASET]

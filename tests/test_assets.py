@@ -6,9 +6,9 @@ import duckdb
 import pytest
 from dagster import AssetKey, DagsterInstance
 
-from focus_dagster.config import FocusConfig, SyntheticSettings
 from assets.datasets import OBSERVE_JOB
 from assets.labels import DATA_LAYER_JOB
+from focus_dagster.config import FocusConfig, SyntheticSettings
 from focus_dagster.definitions import build_definitions
 from tests.conftest import copy_tree
 

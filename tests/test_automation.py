@@ -5,9 +5,9 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from focus_dagster.config import FocusConfig
 from assets.datasets import OBSERVE_JOB
 from assets.labels import DATA_LAYER_JOB
+from focus_dagster.config import FocusConfig
 from focus_dagster.definitions import build_definitions
 from tests.conftest import copy_tree
 

@@ -9,12 +9,12 @@ import duckdb
 import pandas as pd
 import pytest
 
-from focus_dagster.config import FocusConfig
 from assets.datasets import OBSERVE_JOB
 from assets.evaluation import EVALUATION_JOB, PROBES_JOB, SUMMARY_JOB
 from assets.labels import DATA_LAYER_JOB
 from assets.mllm import TOKEN_PROBABILITIES_JOB
 from assets.models import EMBEDDINGS_JOB, ZERO_SHOT_JOB
+from focus_dagster.config import FocusConfig
 from focus_dagster.definitions import build_definitions
 from tests.conftest import copy_tree
 

@@ -6,8 +6,8 @@ import dagster as dg
 import duckdb
 import pytest
 
-from focus_dagster.config import FocusConfig
 from assets.labels import DATA_LAYER_JOB
+from focus_dagster.config import FocusConfig
 from focus_dagster.definitions import build_definitions
 from tests.conftest import copy_tree
 
@@ -32,12 +32,10 @@ def verdicts(result) -> dict:
 
 def run_check(config, name):
     """The check body on the stored tables, as the asset check runs it (the wiring is tested above)."""
-    from dagster_duckdb import DuckDBResource
-
     from checks.labels import LABEL_CHECKS, outcome_result
     from resources import FocusStorage
 
-    storage = FocusStorage(duckdb=DuckDBResource(database=str(config.database)), artifacts_dir=str(config.artifacts))
+    storage = FocusStorage.from_config(config)
     [check] = [c for c in LABEL_CHECKS if c.name == name]
     return outcome_result(check.run(storage, "brset"), check.blocking)
 

@@ -6,10 +6,10 @@ import dagster as dg
 import pandas as pd
 import pytest
 
-from focus_dagster.config import FocusConfig
 from assets.datasets import OBSERVE_JOB
 from assets.labels import DATA_LAYER_JOB
 from assets.mllm import TOKEN_PROBABILITIES_JOB
+from focus_dagster.config import FocusConfig
 from focus_dagster.definitions import build_definitions
 from tests.conftest import copy_tree
 

@@ -7,9 +7,9 @@ import duckdb
 import pandas as pd
 import pytest
 
-from focus_dagster.config import FocusConfig
 from assets.labels import DATA_LAYER_JOB
 from assets.models import EMBEDDINGS_JOB, ZERO_SHOT_JOB
+from focus_dagster.config import FocusConfig
 from focus_dagster.definitions import build_definitions
 from tests.conftest import copy_tree
 

@@ -17,7 +17,8 @@ HARMONISED_DESCRIPTION = (
     "null is never 'negative'), age, sex (F/M), quality, camera, eye, a content hash of the image, and "
     "`label_rule`, the id of the rule that produced the row (rules: focus_dagster/labels/rules.py). "
     "Splits: the published split file when `splits.dir` is configured, else the native split, else a "
-    f"seeded patient-grouped stratified 60/40. Table: `{layout.LABELS}` (column `dataset`)."
+    "seeded 60/40 by a keyed hash of each patient (or image), so a changed or added record moves no other "
+    f"record between splits. Table: `{layout.LABELS}` (column `dataset`)."
 )
 REJECTS_DESCRIPTION = (
     "Every record of the dataset that is not in `harmonised_labels`, with the stage that rejected it "

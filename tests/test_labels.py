@@ -123,7 +123,7 @@ def test_idrid_collision_stays_two_images(harmonised):
 
 
 @pytest.mark.parametrize("key", ["brset", "papila", "g1020", "jsiec1000", "messidor_2", "mbrset"])
-def test_seeded_split_is_grouped_stratified_and_deterministic(harmonised, key):
+def test_seeded_split_is_grouped_deterministic_and_reports_its_label_mix(harmonised, key):
     read, result = harmonised[key]
     again = harmonise(key, read.records, read.quarantine, seed=5)
     other = harmonise(key, read.records, read.quarantine, seed=6)
@@ -132,7 +132,15 @@ def test_seeded_split_is_grouped_stratified_and_deterministic(harmonised, key):
     assert other.labels["split"].tolist() != result.labels["split"].tolist()
     with_patient = result.labels.dropna(subset=["patient_id"])
     assert (with_patient.groupby("patient_id")["split"].nunique() == 1).all()
-    assert 0.25 <= (result.labels["split"] == "test").mean() <= 0.55
+    assert set(result.labels["split"]) <= {"train", "test"}
+    # The report's label mix, counted here from the labels themselves.
+    classes = result.split_report["stratification"]["classes"]
+    assert set(classes) == TASK_GRID[key]
+    for task, by_class in classes.items():
+        for name, value in (("positive", 1), ("negative", 0)):
+            member = result.labels[result.labels[task] == value]
+            assert by_class[name]["images"] == len(member), (task, name)
+            assert by_class[name]["in_test"] == int((member["split"] == "test").sum()), (task, name)
 
 
 def test_published_split_file_is_joined_and_disagreements_reported(harmonised, tmp_path):

@@ -1,8 +1,9 @@
 """Validation against planted truth: the effects the synthetic generator plants appear in the fairness and
 quality tables with intervals that exclude zero, and nothing appears where nothing was planted.
 
-The pipeline is the platform's own core, as the assets call it: a BRSET look-alike (1,500 records, about 770
-benchmark images) -> harmonised labels -> EfficientNet-Lite0 embeddings (real ImageNet weights) -> in-domain
+The pipeline is the platform's own core, as the assets call it: a BRSET look-alike (2,400 records, about 1,200
+benchmark images; the keyed-hash split does not stratify, so the test split needs this many for the
+intervals to resolve the planted effects) -> harmonised labels -> EfficientNet-Lite0 embeddings (real ImageNet weights) -> in-domain
 linear probes -> `metric_rows`, with 1,000 bootstrap resamples. Planted (focus_dagster.synthetic.PLANTED_EFFECTS):
 women's lesions at 45% contrast, and degraded inadequate-quality images. Not planted: anything by age.
 """
@@ -31,7 +32,7 @@ def brset_metrics(tmp_path_factory):
     from focus_dagster.synthetic import synthesize
 
     root = tmp_path_factory.mktemp("planted")
-    synthesize(root, ["brset"], per_dataset=1500, seed=11, scale=0.125)
+    synthesize(root, ["brset"], per_dataset=2400, seed=11, scale=0.125)
     read = get_reader("brset").read(root / "brset")
     labels = harmonise("brset", read.records, read.quarantine, root=root / "brset", splits_dir=None, seed=0).labels
     encoder = load_encoder(CATALOG["efficientnet_lite0"]).to("cpu")

@@ -1,12 +1,23 @@
 """Evaluation: linear probes, the per-sample predictions table, metric tables and the leaderboard."""
 
+from dataclasses import dataclass, field
+
 import dagster as dg
 import pandas as pd
 
 from assets.automation import GATED_EAGER
 from assets.partitions import BY_DATASET, ENCODERS, SAME_MODEL_AND_DATASET, Registered, model_and_dataset
+from focus_dagster.evaluation.configurations import (
+    by_pair,
+    cross_dataset_configurations,
+    in_domain_configurations,
+    methods_of,
+    unavailable_frame,
+    unavailable_rows,
+)
 from focus_dagster.evaluation.predictions import (
     CONFIG_COLUMNS,
+    Assembled,
     empty_predictions,
     finish,
     finite_scores,
@@ -16,7 +27,7 @@ from focus_dagster.evaluation.predictions import (
     with_lineage,
 )
 from focus_dagster.evaluation.leaderboard import cross_matrix_markdown, leaderboard_markdown
-from focus_dagster.evaluation.probes import PROBE_METHOD
+from focus_dagster.evaluation.probes import PROBE_METHOD, skipped_frame, skipped_tasks
 from focus_dagster.instance import latest_materialization, latest_observation
 from focus_dagster.version import code_version
 from resources import FocusStorage, layout
@@ -31,25 +42,31 @@ PROBES_DESCRIPTION = (
     "In-domain linear probes of one encoder on one dataset: per task, logistic regression (balanced class weights, "
     "max_iter 1000) on L2-normalised embeddings of the train split, scored on the test split; the Youden threshold "
     f"of the training scores is kept. Probes: `{layout.PROBES.file('<model>', '<dataset>')}`; scores: "
-    f"`{layout.PROBE_SCORES.file('<model>', '<dataset>')}` (artifact store)."
+    f"`{layout.PROBE_SCORES.file('<model>', '<dataset>')}`; tasks without a probe (a training split lacking a "
+    f"class, no test images) and why: `{layout.PROBE_SKIPPED.file('<model>', '<dataset>')}` (artifact store)."
 )
 PREDICTIONS_DESCRIPTION = (
     f"One per-sample table for every interface and method on one dataset (DuckDB `{layout.SAMPLES}`): linear "
     "probe, zero-shot and yes/no rows with score, reference-form score, Youden threshold, label, split, and the "
     "lineage of each row (dataset release, labels version, model revision and weights hash, the run that produced "
-    "the model output, code version). Rows with non-finite scores are rejected and counted; a configuration whose "
-    f"upstream is missing or blocked gets no rows and a reason in `{layout.UNAVAILABLE}`."
+    "the model output, code version). Rows with non-finite scores are rejected and counted. Every configuration the "
+    "selection implies (model x method of its interface x task the labels define) has test-split rows here or a "
+    f"row with the reason in `{layout.UNAVAILABLE}`: upstream not materialised or blocked, probe not fit (the "
+    "training split lacks a class), no scores for the task, every score rejected."
 )
 METRICS_DESCRIPTION = (
     f"Metric table of one dataset (DuckDB `{layout.METRICS}`, one row per number): performance, calibration, "
     "fairness (sex, age, camera, only where metadata_coverage finds the attribute) and image quality, each with a "
     "95% stratified bootstrap interval, n, n_pos, a reason where undefined, the lineage of its predictions, and a "
-    "stable `metric_id` that `focus trace` resolves."
+    "stable `metric_id` that `focus trace` resolves. A configuration without predictions has one row: its AUROC "
+    f"(axis performance, group empty), null, with the reason recorded in `{layout.UNAVAILABLE}`."
 )
 CROSS_DESCRIPTION = (
     "The cross-dataset matrix: every in-domain probe trained on dataset A scored on the test split of every other "
     f"dataset B that has the task; predictions in `{layout.SAMPLES}` and performance / calibration rows in "
-    f"`{layout.METRICS}` (partition '{layout.CROSS_PARTITION}')."
+    f"`{layout.METRICS}` (partition '{layout.CROSS_PARTITION}'). A pair without predictions (probe not fit on A, "
+    f"outputs not materialised, no test image of B with the task) is a row with the reason in `{layout.UNAVAILABLE}` "
+    "and a null AUROC row in the metrics."
 )
 LEADERBOARD_DESCRIPTION = (
     "The leaderboard: the top configurations per model family and task by test AUROC (with interval, ECE and "
@@ -113,11 +130,13 @@ def _probe_asset(partitions: dg.MultiPartitionsDefinition):
         run = in_domain_probes(dataset, embeddings, labels)
         storage.write_artifact(layout.PROBES.file(model, dataset), lambda partial: save_probes(partial, run.probes),
                                suffix=".npz")
+        skipped_path, _ = storage.write_parquet(layout.PROBE_SKIPPED.file(model, dataset), skipped_frame(run.skipped))
         path, sha = storage.write_parquet(layout.PROBE_SCORES.file(model, dataset), run.predictions)
         return dg.MaterializeResult(metadata={
             "dagster/row_count": len(run.predictions),
             "tasks": sorted(run.probes),
             "skipped": dg.MetadataValue.json(run.skipped),
+            "skipped_path": dg.MetadataValue.path(str(skipped_path)),
             "youden_thresholds": dg.MetadataValue.json({t: p.threshold for t, p in run.probes.items()}),
             "train_sizes": dg.MetadataValue.json({t: [p.n_train, p.n_train_positive] for t, p in run.probes.items()}),
             "path": dg.MetadataValue.path(str(path)),
@@ -153,72 +172,101 @@ def _predictions_asset(datasets: dg.StaticPartitionsDefinition, specs: dict):
         dataset = context.partition_key
         labels = storage.read_labels(dataset)
         base = _dataset_lineage(context.instance, dataset)
-        parts, unavailable, rejected, examples = [], [], {}, []
+        expected = in_domain_configurations(dataset, labels, {model: spec.interface for model, spec in specs.items()})
+        parts, gaps, rejected, examples = [], [], {}, []
         for model, spec in specs.items():
-            for method, load in _sources(spec.interface):
-                produced, frame, reason = load(context, storage, model, dataset, labels)
-                if frame is None:
-                    unavailable.append({"dataset": dataset, "model": model, "method": method, "reason": reason})
-                    continue
-                checked = finite_scores(frame, f"{method} {model}/{dataset}")
+            for method in methods_of(spec.interface):
+                configs = [c for c in expected if (c.model, c.method) == (model, method)]
+                part, missing, checked = _method_predictions(context, storage, model, spec, method, configs, labels,
+                                                             base)
+                parts += part
+                gaps += missing
                 rejected.update(checked.rejected)
                 examples += checked.rejected_examples
-                parts.append(finish(checked.frame, dataset=dataset, model=model, interface=spec.interface,
-                                    method=method, **base, **_model_lineage(context.instance, produced, model, dataset),
-                                    run_id=context.run_id))
         frame = pd.concat(parts, ignore_index=True) if parts else empty_predictions()
-        frame["predictions_version"] = frame_version(frame)
+        version = frame_version(frame)
+        frame["predictions_version"] = version
         frame["partition"] = dataset
+        unavailable = unavailable_frame(gaps, predictions_version=version, run_id=context.run_id, partition=dataset)
         storage.replace_partition(layout.SAMPLES, dataset, frame)
-        storage.replace_partition(layout.UNAVAILABLE, dataset, _unavailable_frame(unavailable))
+        storage.replace_partition(layout.UNAVAILABLE, dataset, unavailable)
         return dg.MaterializeResult(metadata={
             "dagster/row_count": len(frame),
             "configurations": int(frame.groupby(CONFIG_COLUMNS, dropna=False).ngroups) if len(frame) else 0,
+            "expected_configurations": len(expected),
             "rows_by_method": dg.MetadataValue.json(frame["method"].value_counts().to_dict()),
             "rejected_rows": dg.MetadataValue.json(rejected),
             "rejected_examples": dg.MetadataValue.json(examples[:10]),
-            "unavailable": dg.MetadataValue.json(unavailable),
+            "unavailable": dg.MetadataValue.json(_unavailable_summary(gaps)),
             "predictions_version": frame["predictions_version"].iloc[0] if len(frame) else "",
         })
 
     return predictions
 
 
-def _sources(interface: str):
-    if interface in ("vm", "vlm"):
-        yield PROBE_METHOD, _probe_source
-    if interface == "vlm":
-        yield "zero_shot", _zero_shot_source
-    if interface == "mllm":
-        yield "yes_no", _yes_no_source
+@dataclass
+class _Output:
+    """A model output read for the predictions table (with labels attached), or the reason it cannot be read."""
+
+    produced: object = None
+    frame: pd.DataFrame | None = None
+    reason: str | None = None
+    skipped: dict = field(default_factory=dict)  # task -> why no probe was fit (probes only)
 
 
-def _probe_source(context, storage, model, dataset, labels):
+def _method_predictions(context, storage, model, spec, method, configs, labels, base):
+    """One model x method on one dataset: its finished rows, the unavailable rows of its configurations without
+    test predictions (each with the lineage known so far), and the rows rejected as non-finite."""
+    dataset = context.partition_key
+    output = _SOURCES[method](context, storage, model, dataset, labels)
+    lineage = {**base, **(_model_lineage(context.instance, output.produced, model, dataset) if output.produced else {})}
+    if output.frame is None:
+        return [], [{**c.unavailable(output.reason), **lineage} for c in configs], Assembled(pd.DataFrame())
+    checked = finite_scores(output.frame, f"{method} {model}/{dataset}")
+    missing = unavailable_rows(configs, output.frame, checked.frame, f"{output.produced.asset} {model}/{dataset}",
+                               output.skipped)
+    part = finish(checked.frame, dataset=dataset, model=model, interface=spec.interface, method=method, **lineage,
+                  run_id=context.run_id)
+    return [part], [{**row, **lineage} for row in missing], checked
+
+
+def _probe_source(context, storage, model, dataset, labels) -> _Output:
     produced, reason = _upstream(context.instance, "probe_predictions", model, dataset)
     if produced is None:
-        return None, None, reason
+        return _Output(reason=reason)
     scores = storage.read_parquet(layout.PROBE_SCORES.file(model, dataset))
-    return produced, with_labels(scores, labels, f"probe_predictions {model}/{dataset}"), None
+    return _Output(produced, with_labels(scores, labels, f"probe_predictions {model}/{dataset}"),
+                   skipped=_probe_skipped(storage, model, dataset))
 
 
-def _zero_shot_source(context, storage, model, dataset, labels):
+def _probe_skipped(storage, model: str, dataset: str) -> dict[str, str]:
+    """The tasks the probe step could not fit and why ({} for probes stored before the reasons were kept)."""
+    path = layout.PROBE_SKIPPED.file(model, dataset)
+    return skipped_tasks(storage.read_parquet(path)) if storage.artifact_path(path).exists() else {}
+
+
+def _zero_shot_source(context, storage, model, dataset, labels) -> _Output:
     produced, reason = _upstream(context.instance, "zero_shot_scores", model, dataset)
     if produced is None:
-        return None, None, reason
+        return _Output(reason=reason)
     scores = storage.read_partition(layout.ZERO_SHOT, layout.model_dataset_row_key(model, dataset))
     frame = train_youden(with_labels(scores[["image_id", "task", "score"]], labels, f"zero_shot_scores {model}/{dataset}"))
-    return produced, frame.assign(train_dataset=None), None
+    return _Output(produced, frame.assign(train_dataset=None))
 
 
-def _yes_no_source(context, storage, model, dataset, labels):
+def _yes_no_source(context, storage, model, dataset, labels) -> _Output:
     produced, reason = _upstream(context.instance, "token_probabilities", model, dataset)
     if produced is None:
-        return None, None, reason
+        return _Output(reason=reason)
     scores = storage.read_parquet(layout.TOKEN_PROBABILITIES.file(model, dataset))
     scores = scores.rename(columns={"p_yes_reference": "score_reference"})[["image_id", "task", "score",
                                                                             "score_reference"]]
     frame = train_youden(with_labels(scores, labels, f"token_probabilities {model}/{dataset}"))
-    return produced, frame.assign(train_dataset=None), None
+    return _Output(produced, frame.assign(train_dataset=None))
+
+
+# The reader of each method's model output (the methods of an interface: configurations.METHODS).
+_SOURCES = {PROBE_METHOD: _probe_source, "zero_shot": _zero_shot_source, "yes_no": _yes_no_source}
 
 
 def _upstream(instance, asset: str, model: str, dataset: str):
@@ -255,8 +303,10 @@ def _model_lineage(instance, produced, model: str, dataset: str) -> dict:
     }
 
 
-def _unavailable_frame(rows: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=["dataset", "model", "method", "reason"]).astype(str)
+def _unavailable_summary(rows: list[dict]) -> list[dict]:
+    """The unavailable configurations as the UI shows them (the table has their lineage too)."""
+    keys = ("model", "method", "task", "train_dataset", "dataset", "reason")
+    return [{k: row[k] for k in keys} for row in rows]
 
 
 # ----------------------------------------------------------------------------------------------- metrics
@@ -273,29 +323,32 @@ def _metrics_asset(datasets: dg.StaticPartitionsDefinition):
         description=METRICS_DESCRIPTION,
     )
     def metrics(context: dg.AssetExecutionContext, config: MetricsConfig, storage: FocusStorage):
-        from focus_dagster.evaluation.tables import Settings, metric_rows
+        from focus_dagster.evaluation.tables import Settings, metric_rows, with_unavailable
         from focus_dagster.labels.expectations import check_metadata_coverage
         from focus_dagster.labels.rules import AXIS_METADATA
 
         dataset = context.partition_key
         labels = storage.read_labels(dataset)
         samples = storage.read_partition(layout.SAMPLES, dataset)
+        unavailable = storage.read_partition(layout.UNAVAILABLE, dataset)
         coverage = {column: share > 0 for column, share in check_metadata_coverage(labels).info.items()}
         metadata = labels[["image_id", *AXIS_METADATA]]
         rows = metric_rows(samples, metadata, coverage, Settings(config.n_resamples, config.seed))
-        table = with_lineage(rows, samples, context.run_id).assign(partition=dataset)
+        table = with_unavailable(with_lineage(rows, samples, context.run_id), unavailable, context.run_id)
+        table = table.assign(partition=dataset)
         storage.replace_partition(layout.METRICS, dataset, table)
-        return dg.MaterializeResult(metadata=metrics_metadata(table, coverage))
+        return dg.MaterializeResult(metadata=metrics_metadata(table, coverage, len(unavailable)))
 
     return metrics
 
 
-def metrics_metadata(table: pd.DataFrame, coverage: dict) -> dict:
+def metrics_metadata(table: pd.DataFrame, coverage: dict, unavailable: int) -> dict:
     defined = table["value"].notna()
     return {
         "dagster/row_count": len(table),
         "rows_by_axis": dg.MetadataValue.json(table["axis"].value_counts().to_dict()),
         "undefined_rows": int((~defined).sum()),
+        "unavailable_configurations": unavailable,
         "metadata_coverage": dg.MetadataValue.json(coverage),
         "leaderboard": dg.MetadataValue.md(leaderboard_markdown(table)),
     }
@@ -314,57 +367,94 @@ def _cross_dataset_asset(specs: dict, encoders: list[str], registered: list[str]
         description=CROSS_DESCRIPTION,
     )
     def cross_dataset_metrics(context: dg.AssetExecutionContext, config: MetricsConfig, storage: FocusStorage):
-        from focus_dagster.evaluation.probes import cross_dataset_scores, load_probes
-        from focus_dagster.evaluation.tables import Settings, metric_rows
+        from focus_dagster.evaluation.tables import Settings, metric_rows, with_unavailable
 
         datasets = [d for d in registered if storage.has_labels(d)]
         labels = {d: storage.read_labels(d) for d in datasets}
-        parts, lineage = [], {d: _dataset_lineage(context.instance, d) for d in datasets}
-        for model in encoders:
-            for source in datasets:
-                probes_file = storage.artifact_path(layout.PROBES.file(model, source))
-                produced = latest_materialization(context.instance, "probe_predictions",
-                                                  layout.model_dataset_key(model, source))
-                if not probes_file.exists() or produced is None:
-                    continue
-                for task, probe in load_probes(probes_file).items():
-                    for target in datasets:
-                        frame = _cross_scores(storage, model, source, target, task, probe, labels[target],
-                                              cross_dataset_scores)
-                        if frame is None:
-                            continue
-                        parts.append(finish(frame, dataset=target, model=model, interface=specs[model].interface,
-                                            method=PROBE_METHOD, **lineage[target],
-                                            **_model_lineage(context.instance, produced, model, source),
-                                            run_id=context.run_id))
+        lineage = {d: _dataset_lineage(context.instance, d) for d in datasets}
+        parts, gaps, trained = [], [], {}
+        for (model, source, target), configs in by_pair(cross_dataset_configurations(encoders, labels)):
+            if (model, source) not in trained:
+                trained[model, source] = _trained_probes(context, storage, model, source)
+            part, missing = _cross_pair(context, storage, specs[model], configs, trained[model, source],
+                                        labels[target], lineage[target])
+            parts += part
+            gaps += missing
         samples = pd.concat(parts, ignore_index=True) if parts else empty_predictions()
-        samples["predictions_version"] = frame_version(samples)
+        version = frame_version(samples)
+        samples["predictions_version"] = version
         samples["partition"] = layout.CROSS_PARTITION
+        unavailable = unavailable_frame(gaps, predictions_version=version, run_id=context.run_id,
+                                        partition=layout.CROSS_PARTITION)
         rows = metric_rows(samples, pd.DataFrame({"image_id": samples["image_id"].unique()}), {},
                            Settings(config.n_resamples, config.seed))
-        table = with_lineage(rows, samples, context.run_id).assign(partition=layout.CROSS_PARTITION)
+        table = with_unavailable(with_lineage(rows, samples, context.run_id), unavailable, context.run_id)
+        table = table.assign(partition=layout.CROSS_PARTITION)
         storage.replace_partition(layout.SAMPLES, layout.CROSS_PARTITION, samples)
+        storage.replace_partition(layout.UNAVAILABLE, layout.CROSS_PARTITION, unavailable)
         storage.replace_partition(layout.METRICS, layout.CROSS_PARTITION, table)
         return dg.MaterializeResult(metadata={
             "dagster/row_count": len(table),
             "predictions": len(samples),
             "pairs": int(samples.groupby(["model", "train_dataset", "dataset", "task"]).ngroups) if len(samples) else 0,
+            "unavailable": dg.MetadataValue.json(_unavailable_summary(gaps)),
             "matrix": dg.MetadataValue.md(cross_matrix_markdown(table)),
         })
 
     return cross_dataset_metrics
 
 
-def _cross_scores(storage, model, source, target, task, probe, target_labels, score):
-    if target == source or task not in target_labels or not target_labels[task].notna().any():
-        return None
-    path = layout.EMBEDDINGS.file(model, target)
-    if not storage.artifact_path(path).exists():
-        return None
-    frame = score(probe, source, storage.read_parquet(path), target_labels)
-    if frame.empty:
-        return None
-    return with_labels(frame, target_labels, f"probe {model}/{source} on {target}")
+@dataclass
+class _Trained:
+    """The in-domain probes of one encoder on one dataset, or the reason there are none."""
+
+    produced: object = None
+    probes: dict = field(default_factory=dict)  # task -> Probe
+    skipped: dict = field(default_factory=dict)  # task -> why no probe was fit
+    reason: str | None = None
+
+
+def _trained_probes(context, storage, model: str, source: str) -> _Trained:
+    from focus_dagster.evaluation.probes import load_probes
+
+    produced, reason = _upstream(context.instance, "probe_predictions", model, source)
+    path = storage.artifact_path(layout.PROBES.file(model, source))
+    if produced is None or not path.exists():
+        return _Trained(reason=reason or f"probe_predictions {model}/{source} is materialised but {path} is missing: "
+                                         "rematerialise it")
+    return _Trained(produced, load_probes(path), _probe_skipped(storage, model, source))
+
+
+def _cross_pair(context, storage, spec, configs, trained: _Trained, target_labels, target_lineage):
+    """The predictions of one encoder's probes trained on dataset A for dataset B, and an unavailable row (with
+    the reason) for each of the pair's tasks without test predictions."""
+    from focus_dagster.evaluation.probes import cross_dataset_scores
+
+    model, source, target = configs[0].model, configs[0].train_dataset, configs[0].dataset
+    lineage = {**target_lineage,
+               **(_model_lineage(context.instance, trained.produced, model, source) if trained.produced else {})}
+    embeddings = layout.EMBEDDINGS.file(model, target)
+    reason = trained.reason or (None if storage.artifact_path(embeddings).exists() else
+                                f"image_embeddings {model}/{target} is not materialised ({embeddings} is missing)")
+    if reason:
+        return [], [{**c.unavailable(reason), **lineage} for c in configs]
+    vectors = storage.read_parquet(embeddings)
+    frames = [cross_dataset_scores(trained.probes[c.task], source, vectors, target_labels)
+              for c in configs if c.task in trained.probes]
+    scored = with_labels(pd.concat([f for f in frames if len(f)] or [_no_scores()], ignore_index=True),
+                         target_labels, f"probe {model}/{source} on {target}")
+    checked = finite_scores(scored, f"probe {model}/{source} on {target}")
+    missing = unavailable_rows(configs, scored, checked.frame, f"probe_predictions {model}/{source} on {target}",
+                               trained.skipped)
+    part = finish(checked.frame, dataset=target, model=model, interface=spec.interface, method=PROBE_METHOD,
+                  **lineage, run_id=context.run_id)
+    return ([part] if len(part) else []), [{**row, **lineage} for row in missing]
+
+
+def _no_scores() -> pd.DataFrame:
+    from focus_dagster.evaluation.probes import PROBE_COLUMNS
+
+    return pd.DataFrame({c: pd.Series(dtype=float if c in ("score", "threshold") else object) for c in PROBE_COLUMNS})
 
 
 # ------------------------------------------------------------------------------------------- leaderboard

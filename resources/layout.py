@@ -41,7 +41,9 @@ LABELS = Table("labels", "harmonised", "dataset")
 LABEL_REJECTS = Table("labels", "rejects", "dataset")
 ZERO_SHOT = Table("predictions", "zero_shot", "partition")
 SAMPLES = Table("predictions", "samples", "partition")
-UNAVAILABLE = Table("predictions", "unavailable", "dataset")
+# Configurations without predictions, with the reason: in-domain rows under their dataset, cross-dataset pairs
+# under CROSS_PARTITION (so the `partition` column, not `dataset`, says which step wrote a row).
+UNAVAILABLE = Table("predictions", "unavailable", "partition")
 METRICS = Table("metrics", "values", "partition")
 TABLES = (QUARANTINE, UNLISTED_IMAGES, LABELS, LABEL_REJECTS, ZERO_SHOT, SAMPLES, UNAVAILABLE, METRICS)
 
@@ -83,11 +85,14 @@ EMBEDDINGS = ModelOutputFiles("embeddings")
 TOKEN_PROBABILITIES = ModelOutputFiles("token_probabilities")
 PROBES = ModelOutputFiles("probes", ".npz")
 PROBE_SCORES = ModelOutputFiles("probe_predictions")
+# Beside the probe scores: the tasks a probe step could not fit and why (task, reason), for the predictions step.
+PROBE_SKIPPED = ModelOutputFiles("probe_predictions", ".skipped.parquet")
 
 LEADERBOARD_REPORT = "reports/leaderboard.md"
 ARTIFACTS = (
     labels_file("<dataset>"), questions_file("<dataset>"),
-    *(files.file("<model>", "<dataset>") for files in (EMBEDDINGS, TOKEN_PROBABILITIES, PROBES, PROBE_SCORES)),
+    *(files.file("<model>", "<dataset>")
+      for files in (EMBEDDINGS, TOKEN_PROBABILITIES, PROBES, PROBE_SCORES, PROBE_SKIPPED)),
     LEADERBOARD_REPORT,
 )
 

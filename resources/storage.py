@@ -54,8 +54,20 @@ class FocusStorage(ConfigurableResource):
         name = _qualified(table)
         return self._replace(table, frame, [
             (create_table_sql(name, frame, if_not_exists=True), []),
+            *((sql, []) for sql in self._added_columns_sql(table, frame)),
             (f"DELETE FROM {name} WHERE {_partition_column(table)} = ?", [partition]),
         ])
+
+    def _added_columns_sql(self, table: Table, frame: pd.DataFrame) -> list[str]:
+        """ALTER statements for the frame's columns that a table written by an earlier version lacks (its old
+        rows hold null there), so a new column never fails a step on an existing FOCUS_HOME."""
+        query = "SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ?"
+        with self.connect() as con:
+            present = {row[0] for row in con.execute(query, [table.schema, table.name]).fetchall()}
+        if not present:
+            return []
+        return [f'ALTER TABLE {_qualified(table)} ADD COLUMN "{column}" {duckdb_type(dtype)}'
+                for column, dtype in frame.dtypes.items() if column not in present]
 
     def _replace(self, table: Table, frame: pd.DataFrame, statements: list[tuple[str, list]]) -> str:
         """In one transaction: run `statements` (which make room), then insert `frame` by column name."""

@@ -19,6 +19,7 @@ from focus_dagster.definitions import build_definitions
 from tests.conftest import copy_tree
 
 DATASETS = ("brset", "papila", "idrid")
+SELECTION = {"tiny_vit": "vm", "tiny_clip": "vlm", "tiny_llava": "mllm"}  # model -> interface
 MODELS = {EMBEDDINGS_JOB: ("tiny_vit", "tiny_clip"), ZERO_SHOT_JOB: ("tiny_clip",),
           TOKEN_PROBABILITIES_JOB: ("tiny_llava",), PROBES_JOB: ("tiny_vit", "tiny_clip")}
 FAST = {"ops": {"metrics": {"config": {"n_resamples": 100}}}}
@@ -41,6 +42,22 @@ def run_everything(defs, instance, datasets=DATASETS):
     assert defs.resolve_job_def(SUMMARY_JOB).execute_in_process(instance=instance, run_config=summary).success
 
 
+def without_referable_dr_in_train(root) -> None:
+    """IDRiD's training labels rewritten without referable DR (grade at most 1, no edema risk): its referable_dr
+    probe cannot be fit, as the demo's RFMiD and RFMiD 2.0 cannot (no positive in train), while the test split
+    keeps its referable images."""
+    from focus_dagster.datasets.idrid import GROUNDTRUTHS, PART, SPLIT_LAYOUTS
+
+    train = next(layout for layout in SPLIT_LAYOUTS if layout.split == "train")
+    path = root / PART / GROUNDTRUTHS / train.label_file
+    header, *rows = [line for line in path.read_bytes().decode().split("\r\n") if line]
+    rewritten = [header]
+    for row in rows:
+        name, grade, _, *padding = row.split(",")
+        rewritten.append(",".join([name, str(min(int(grade), 1)), "0", *padding]))
+    path.write_bytes(("\r\n".join(rewritten) + "\r\n").encode())
+
+
 @pytest.fixture(scope="module")
 def world(synth_all, tmp_path_factory):
     import shutil
@@ -50,7 +67,8 @@ def world(synth_all, tmp_path_factory):
     out, _ = synth_all
     tmp = tmp_path_factory.mktemp("evaluation")
     config = FocusConfig(home=tmp / "home", roots={d: copy_tree(out / d, tmp / d) for d in DATASETS},
-                         models=("tiny_vit", "tiny_clip", "tiny_llava"))
+                         models=tuple(SELECTION))
+    without_referable_dr_in_train(config.root_of("idrid"))
     defs = build_definitions(config)
     config.dagster_home.mkdir(parents=True)  # a persistent instance, as `focus demo` uses, for `focus trace`
     shutil.copyfile(REPO_ROOT / "dagster.yaml", config.dagster_home / "dagster.yaml")
@@ -117,6 +135,72 @@ def test_focus_trace_resolves_a_metric_to_the_files(world, monkeypatch, capsys):
     assert "not in metrics.values" in capsys.readouterr().err
 
 
+METHODS = {"vm": ("linear_probe",), "vlm": ("linear_probe", "zero_shot"), "mllm": ("yes_no",)}
+
+
+def expected_configurations(labels: pd.DataFrame, selection: dict, cross: bool = True) -> set[tuple]:
+    """(model, dataset, task, method, train dataset or "") of every configuration the selection implies, written
+    here from the protocol: a dataset defines a task when one of its images has a label for it; in-domain, every
+    method of every model's interface on every defined task (a probe trains on the dataset itself); cross-dataset,
+    every encoder's probe trained on A and scored on B != A, for each task both define."""
+    defined = {dataset: {t for t in ("any_dr", "referable_dr", "gon") if rows[t].notna().any()}
+               for dataset, rows in labels.groupby("dataset")}
+    keys = {(model, dataset, task, method, dataset if method == "linear_probe" else "")
+            for model, interface in selection.items() for method in METHODS[interface]
+            for dataset, tasks in defined.items() for task in tasks}
+    if cross:
+        keys |= {(model, b, task, "linear_probe", a) for model, interface in selection.items() if interface != "mllm"
+                 for a in defined for b in defined if a != b for task in defined[a] & defined[b]}
+    return keys
+
+
+def configuration_keys(frame: pd.DataFrame) -> list[tuple]:
+    return list(zip(frame["model"], frame["dataset"], frame["task"], frame["method"],
+                    frame["train_dataset"].fillna("")))
+
+
+def accounted_for(config, expected: set[tuple]) -> dict[tuple, str]:
+    """Assert that each expected configuration has predictions or an unavailable row with a reason, that each has
+    its AUROC metric row, and that an unavailable one's row is null with the same reason; returns the reasons."""
+    samples = set(configuration_keys(table(config, "SELECT DISTINCT model, dataset, task, method, train_dataset "
+                                                   "FROM predictions.samples")))
+    unavailable = table(config, "SELECT * FROM predictions.unavailable")
+    reasons = dict(zip(configuration_keys(unavailable), unavailable["reason"]))
+    assert len(reasons) == len(unavailable)  # one row per configuration
+    assert set(reasons) <= expected
+    auroc = table(config, """SELECT * FROM metrics.values WHERE metric = 'auroc' AND "group" = ''""")
+    metric = dict(zip(configuration_keys(auroc), zip(auroc["value"], auroc["reason"])))
+    for key in sorted(expected):
+        assert key in samples or reasons.get(key), f"{key}: neither predictions nor a reason"
+        assert key in metric, f"{key}: no AUROC row"
+    for key, reason in reasons.items():
+        value, why = metric[key]
+        assert pd.isna(value) and why == reason, key
+    return reasons
+
+
+def test_every_configuration_the_selection_implies_has_predictions_or_a_reason(world):
+    config, _, _ = world
+    labels = table(config, "SELECT * FROM labels.harmonised")
+    reasons = accounted_for(config, expected_configurations(labels, SELECTION))
+    for model in ("tiny_vit", "tiny_clip"):  # IDRiD's training split has no referable DR: no probe, and why
+        assert "train split has 0 positive" in reasons[(model, "idrid", "referable_dr", "linear_probe", "idrid")]
+        assert "train split has 0 positive" in reasons[(model, "brset", "referable_dr", "linear_probe", "idrid")]
+    assert ("tiny_clip", "idrid", "referable_dr", "zero_shot", "") not in reasons  # other methods do not need train
+
+
+def test_focus_trace_resolves_an_unavailable_configuration(world):
+    from focus_dagster.trace import trace
+
+    config, _, _ = world
+    row = table(config, "SELECT metric_id, reason FROM metrics.values WHERE model = 'tiny_vit' AND dataset = 'idrid' "
+                        "AND task = 'referable_dr' AND partition = 'idrid' AND metric = 'auroc'")
+    result = trace(row["metric_id"].iloc[0], config)
+    assert result["value"] is None and result["chain"][0]["reason"] == row["reason"].iloc[0]
+    links = {link["link"]: link for link in result["chain"]}
+    assert links["predictions"]["current"] and links["labels"]["current"] and links["dataset release"]["current"]
+
+
 def test_a_blocked_upstream_gives_no_rows_and_a_reason(synth_all, tmp_path):
     """Leaking questions block token_probabilities for brset: no yes/no rows, the reason is recorded."""
     out, _ = synth_all
@@ -133,9 +217,12 @@ def test_a_blocked_upstream_gives_no_rows_and_a_reason(synth_all, tmp_path):
     assert defs.resolve_job_def(EVALUATION_JOB).execute_in_process(partition_key="brset", instance=instance,
                                                                    run_config=FAST).success
     unavailable = table(config, "SELECT * FROM predictions.unavailable")
-    assert unavailable[["model", "method"]].values.tolist() == [["tiny_llava", "yes_no"]]
-    assert "not materialised" in unavailable["reason"].iloc[0]
-    assert table(config, "SELECT count(*) AS n FROM metrics.values")["n"].iloc[0] == 0
+    assert set(map(tuple, unavailable[["model", "method"]].values.tolist())) == {("tiny_llava", "yes_no")}
+    assert unavailable["reason"].str.contains("not materialised").all()
+    expected = expected_configurations(table(config, "SELECT * FROM labels.harmonised"), {"tiny_llava": "mllm"},
+                                       cross=False)
+    assert set(accounted_for(config, expected)) == expected and len(expected) == 3  # BRSET defines all three tasks
+    assert table(config, "SELECT count(*) AS n FROM metrics.values WHERE value IS NOT NULL")["n"].iloc[0] == 0
 
 
 def test_changing_one_dataset_refreshes_only_its_partitions_and_the_aggregates(world):

@@ -69,3 +69,10 @@ def test_artifacts_are_written_whole_or_not_at_all(storage):
         storage.write_artifact("labels/x.parquet", broken)
     assert pd.read_parquet(path).equals(frame)  # the previous file is untouched
     assert [p.name for p in path.parent.iterdir()] == ["x.parquet"]  # and no partial file is left behind
+
+
+def test_a_table_from_an_earlier_version_gains_the_new_columns(storage):
+    storage.replace_partition(QUARANTINE, "a", quarantine("a", 2))
+    storage.replace_partition(QUARANTINE, "b", quarantine("b", 1).assign(stage=["records"]))
+    table = storage.read_table(QUARANTINE).sort_values(["dataset", "source_row"])
+    assert table["stage"].tolist() == [None, None, "records"]  # old rows: null in the new column

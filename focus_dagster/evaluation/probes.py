@@ -93,6 +93,18 @@ def in_domain_probes(dataset: str, embeddings: pd.DataFrame, labels: pd.DataFram
 
 
 PROBE_COLUMNS = ["image_id", "task", "split", "score", "threshold", "train_dataset"]
+SKIPPED_COLUMNS = ["task", "reason"]
+
+
+def skipped_frame(skipped: dict[str, str]) -> pd.DataFrame:
+    """The tasks a probe run could not fit, with the reason: kept beside the scores so that the predictions
+    step can say why a configuration has no rows (the reason lives in the data, not only in the UI)."""
+    return pd.DataFrame(sorted(skipped.items()), columns=SKIPPED_COLUMNS).astype(object)
+
+
+def skipped_tasks(frame: pd.DataFrame) -> dict[str, str]:
+    """task -> reason, from `skipped_frame`'s table."""
+    return dict(zip(frame["task"], frame["reason"]))
 
 
 def cross_dataset_scores(probe: Probe, train_dataset: str, embeddings: pd.DataFrame, labels: pd.DataFrame):

@@ -18,7 +18,8 @@ For every configuration (model, dataset, task, method, train dataset) on the tes
 Intervals: stratified by label, seeded; a gap's interval comes from resampling each group on its own (same
 number of resamples) and differencing the replicates. A number that is not defined is null with a reason,
 never 0. `metric_id` is a hash of what the number measures (not of its value or versions), so the same
-measurement keeps its id across refreshes and a report can cite it.
+measurement keeps its id across refreshes and a report can cite it. A configuration without predictions (a
+row of the predictions' unavailable table) is one row too: its AUROC, null, with the reason.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from focus_dagster.evaluation.predictions import CONFIG_COLUMNS
+from focus_dagster.evaluation.predictions import CONFIG_COLUMNS, LINEAGE_COLUMNS
 
 AXES = ("performance", "calibration", "fairness", "quality")
 RANKING = ("auroc", "auprc")
@@ -256,6 +257,36 @@ def metric_rows(predictions: pd.DataFrame, metadata: pd.DataFrame, coverage: dic
             rows.append(_row(config, "quality", "attribute", "quality", None, None, None, len(y), int(y.sum()),
                              _no_metadata("quality")))
     return typed(pd.DataFrame(rows, columns=METRIC_COLUMNS))
+
+
+# A configuration without predictions is one row: its test AUROC, null, with the reason. AUROC because every
+# configuration has it and it is what the leaderboard ranks (a null value keeps the row off the board); the
+# id is the one the number gets once predictions exist, so a report can cite the gap and later the number.
+UNAVAILABLE_AXIS, UNAVAILABLE_METRIC = "performance", "auroc"
+
+
+def unavailable_metric_rows(unavailable: pd.DataFrame, run_id: str) -> pd.DataFrame:
+    """One metric row per unavailable configuration (a row of the predictions' unavailable table): value,
+    interval, n and n_pos empty, the reason, and the lineage the unavailable row recorded."""
+    rows = [_row({c: _text(record.get(c)) for c in CONFIG_COLUMNS}, UNAVAILABLE_AXIS, UNAVAILABLE_METRIC, "",
+                 None, None, None, 0, 0, record["reason"]) for record in unavailable.to_dict("records")]
+    lineage = unavailable.reindex(columns=LINEAGE_COLUMNS).rename(columns={"run_id": "predictions_run_id"})
+    table = typed(pd.DataFrame(rows, columns=METRIC_COLUMNS))
+    return pd.concat([table, lineage.reset_index(drop=True).astype(object)], axis=1).assign(run_id=run_id)
+
+
+def with_unavailable(table: pd.DataFrame, unavailable: pd.DataFrame, run_id: str) -> pd.DataFrame:
+    """The metric table (with lineage) and a row for every unavailable configuration after it."""
+    extra = unavailable_metric_rows(unavailable, run_id)
+    if extra.empty:
+        return table
+    if table.empty:
+        return extra
+    return pd.concat([table, extra[table.columns]], ignore_index=True)
+
+
+def _text(value):
+    return None if value is None or pd.isna(value) or value == "" else value
 
 
 TEXT_COLUMNS = ("metric_id", *CONFIG_COLUMNS, "axis", "metric", "group", "reason")

@@ -13,20 +13,52 @@ RELEASE_CHANGED = (
     & ~dg.AutomationCondition.in_progress()
 ).with_label("release changed or never read")
 
-# Everything below the records follows its inputs, but only once every blocking check on them has passed:
-# Dagster's blocking checks gate only within a run, so across automation ticks the gate is in the condition.
+# Observing a release is not an update to wait for: a changed version requests the records (above).
+_RELEASE = dg.AssetSelection.assets("dataset_release")
+# Deep enough for the longest path of the graph (release -> records -> labels -> embeddings -> probes ->
+# predictions -> metrics -> leaderboard).
+_GRAPH_DEPTH = 8
+
+
+def _owes_an_update() -> dg.AutomationCondition:
+    """An input of the target changed after the target was last requested or updated."""
+    return dg.AutomationCondition.any_deps_updated().ignore(_RELEASE).since_last_handled()
+
+
+def _pending(depth: int) -> dg.AutomationCondition:
+    """The target is being recomputed, or will be recomputed but not in the run being planned: it is running,
+    it owes an update, or something upstream of it is pending. A target requested into the same run counts as
+    fresh (the run orders it), whatever is upstream of it."""
+    stale = _owes_an_update()
+    if depth > 1:
+        stale = stale | dg.AutomationCondition.any_deps_match(_pending(depth - 1)).ignore(_RELEASE)
+    return dg.AutomationCondition.in_progress() | (~dg.AutomationCondition.will_be_requested() & stale)
+
+
+# Nothing computes from an input that is about to change: with eager alone, the predictions of a dataset were
+# recomputed in the same tick as its new labels, against the old probes.
+UPSTREAM_SETTLED = (
+    ~dg.AutomationCondition.any_deps_match(_pending(_GRAPH_DEPTH)).ignore(_RELEASE)
+).with_label("nothing upstream still to recompute")
+
+# Everything below the records follows its inputs once every blocking check on them has passed (blocking
+# checks gate only within a run; across ticks the gate is in the condition) and once nothing upstream is
+# still to be recomputed, so a refresh reaches every affected partition in order.
 GATED_EAGER = (
-    dg.AutomationCondition.eager() & dg.AutomationCondition.all_deps_blocking_checks_passed()
-).with_label("inputs updated and their blocking checks passed")
+    dg.AutomationCondition.eager() & dg.AutomationCondition.all_deps_blocking_checks_passed() & UPSTREAM_SETTLED
+).with_label("inputs updated, their blocking checks passed, nothing upstream pending")
 
 
-def definitions() -> dg.Definitions:
-    """The sensor that evaluates the conditions above on every asset of the graph."""
+def definitions(refresh_seconds: int) -> dg.Definitions:
+    """The sensor that evaluates the conditions above on every asset and check of the graph."""
     refresh = dg.AutomationConditionSensorDefinition(
         "focus_refresh",
-        target=dg.AssetSelection.all(),
+        target=dg.AssetSelection.all() | dg.AssetSelection.all_asset_checks(),
         default_status=dg.DefaultSensorStatus.RUNNING,
-        minimum_interval_seconds=60,
+        minimum_interval_seconds=refresh_seconds,
+        # One run per partition, each with the checks it requests: a backfill's runs carry no check selection,
+        # and a model output cannot run without the checkpoint audit computed in the same step.
+        emit_backfills=False,
         description="Evaluates the automation conditions: a changed dataset release refreshes its own records "
         "and, once their blocking checks pass, everything below them.",
     )

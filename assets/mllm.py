@@ -17,6 +17,7 @@ from assets.models import (
     model_run_metadata,
 )
 from assets.partitions import BY_DATASET, MLLMS, Registered, model_and_dataset
+from checks.conditions import WITH_ITS_ASSET
 from focus_dagster.labels import TASKS
 from focus_dagster.labels.rules import rule_for
 from focus_dagster.models.spec import CheckpointError
@@ -76,7 +77,7 @@ def _questions_asset(datasets: dg.StaticPartitionsDefinition, book: QuestionBook
         automation_condition=GATED_EAGER,
         description=QUESTIONS_DESCRIPTION,
         check_specs=[dg.AssetCheckSpec(
-            "no_label_leak", asset="yes_no_questions", blocking=True,
+            "no_label_leak", asset="yes_no_questions", blocking=True, automation_condition=WITH_ITS_ASSET,
             description="No question shows the model a column that defines its label, a file name that may encode "
             "it, or per-image context whose values decide it. A leak fails here and blocks token_probabilities.",
         )],

@@ -12,6 +12,7 @@ from assets.partitions import (
     Registered,
     model_and_dataset,
 )
+from checks.conditions import WITH_ITS_ASSET
 from focus_dagster.labels import TASKS
 from focus_dagster.models.spec import CheckpointError
 from resources import DatasetRoots, FocusStorage, ModelHub, layout
@@ -139,7 +140,7 @@ def image_files(datasets: DatasetRoots, dataset: str, labels: pd.DataFrame) -> l
 
 def checkpoint_audit_spec(asset: str) -> dg.AssetCheckSpec:
     return dg.AssetCheckSpec(
-        "checkpoint_audit", asset=asset, blocking=True,
+        "checkpoint_audit", asset=asset, blocking=True, automation_condition=WITH_ITS_ASSET,
         description="Every tensor of the model was filled from its checkpoint (matched / missing / unexpected "
         "counts in the metadata). A partial load fails here and blocks everything downstream.",
     )

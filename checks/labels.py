@@ -10,6 +10,7 @@ from typing import Callable
 
 import dagster as dg
 
+from checks.conditions import WITH_ITS_ASSET
 from focus_dagster.labels import RULES
 from focus_dagster.labels import expectations as gx_checks
 from resources import FocusStorage, layout
@@ -75,6 +76,7 @@ def _asset_check(check: LabelCheck, partitions: dg.PartitionsDefinition):
         partitions_def=partitions,
         blocking=check.blocking,
         pool="duckdb",
+        automation_condition=WITH_ITS_ASSET,
         description=_first_paragraph(check.description),
     )
     def _run(context: dg.AssetCheckExecutionContext, storage: FocusStorage) -> dg.AssetCheckResult:

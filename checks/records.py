@@ -1,8 +1,8 @@
 """Checks on the native records: a dataset copy that lost its images must not flow downstream."""
 
-
 import dagster as dg
 
+from checks.conditions import WITH_ITS_ASSET
 from resources import FocusStorage, layout
 
 # Above WARN_RATE quarantined rows the copy deserves a look; above ERROR_RATE it is broken (an image folder
@@ -17,6 +17,7 @@ def build_record_checks(dataset_records: dg.AssetsDefinition, partitions: dg.Par
         partitions_def=partitions,
         blocking=True,
         pool="duckdb",
+        automation_condition=WITH_ITS_ASSET,
         description=(
             f"Share of label rows quarantined while reading the dataset. Above {WARN_RATE:.0%} it warns; above "
             f"{ERROR_RATE:.0%} it fails and blocks downstream assets, because such a copy is broken (an image "

@@ -8,7 +8,7 @@ FOCUS_CONFIG) maps dataset keys to the local roots of real copies:
       brset: /data/physionet/brset      # the folder holding labels.csv and fundus_photos/
       idrid: synthetic                  # the embedded look-alike for this one
     synthetic: {per_dataset: 80, seed: 0, scale: 0.125}
-    release: {observe_cron: "0 3 * * *", content_hash: false}
+    release: {observe_cron: "0 3 * * *", content_hash: false, refresh_seconds: 60}
     splits: {dir: /data/focus-splits, seed: 0}   # published labels_splits_<dataset>.csv files (optional)
     models: [efficientnet_lite0, {id: medgemma_4b, path: /weights/medgemma-4b-it}]
     questions: {version: site-1, tasks: {gon: "..."}}   # yes/no questions for multimodal LLMs (optional)
@@ -34,9 +34,10 @@ from focus_dagster.errors import ConfigError
 SYNTHETIC = "synthetic"
 DEFAULT_HOME = ".focus"
 DEFAULT_OBSERVE_CRON = "0 3 * * *"
+DEFAULT_REFRESH_SECONDS = 60  # how often the automation sensor evaluates the graph
 _TOP_LEVEL_KEYS = {"datasets", "synthetic", "release", "splits", "image_check", "models", "questions"}
 _SYNTHETIC_KEYS = {"per_dataset", "seed", "scale"}
-_RELEASE_KEYS = {"observe_cron", "content_hash"}
+_RELEASE_KEYS = {"observe_cron", "content_hash", "refresh_seconds"}
 _SPLITS_KEYS = {"dir", "seed"}
 
 
@@ -55,6 +56,7 @@ class FocusConfig:
     roots: Mapping[str, Path | None]  # dataset key -> real root, or None for the synthetic look-alike
     synthetic: SyntheticSettings = field(default_factory=SyntheticSettings)
     observe_cron: str = DEFAULT_OBSERVE_CRON
+    refresh_seconds: int = DEFAULT_REFRESH_SECONDS
     content_hash: bool = False
     image_check: str = DEFAULT_IMAGE_CHECK
     splits_dir: Path | None = None  # published split files; None = native or seeded splits
@@ -107,7 +109,8 @@ class FocusConfig:
             "datasets": {key: str(root) if root is not None else SYNTHETIC for key, root in self.roots.items()},
             "synthetic": {"per_dataset": self.synthetic.per_dataset, "seed": self.synthetic.seed,
                           "scale": self.synthetic.scale},
-            "release": {"observe_cron": self.observe_cron, "content_hash": self.content_hash},
+            "release": {"observe_cron": self.observe_cron, "content_hash": self.content_hash,
+                        "refresh_seconds": self.refresh_seconds},
             "splits": {"seed": self.split_seed, **({"dir": str(self.splits_dir)} if self.splits_dir else {})},
             "image_check": self.image_check,
         }
@@ -158,6 +161,7 @@ def parse_config(raw: Any, home: Path, source: Path | None = None) -> FocusConfi
         synthetic=synthetic,
         observe_cron=str(release.get("observe_cron", DEFAULT_OBSERVE_CRON)),
         content_hash=bool(release.get("content_hash", False)),
+        refresh_seconds=_refresh_seconds(release.get("refresh_seconds", DEFAULT_REFRESH_SECONDS), where),
         image_check=image_check,
         splits_dir=splits_dir,
         split_seed=int(splits.get("seed", 0)),
@@ -190,6 +194,12 @@ def _parse_datasets(datasets: Any, base: Path, where: str) -> dict[str, Path | N
         else:
             raise ConfigError(f"{where}: datasets.{key} must be a folder path or 'synthetic', got {value!r}.")
     return roots
+
+
+def _refresh_seconds(value: Any, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{where}: release.refresh_seconds must be a whole number of seconds >= 1, got {value!r}.")
+    return value
 
 
 def _parse_models(models: Any, where: str) -> tuple | None:

@@ -23,8 +23,10 @@ def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
         models.definitions(registered),
         mllm.definitions(registered),
         evaluation.definitions(registered),
-        automation.definitions(),
-        dg.Definitions(resources=focus_resources(config)),
+        automation.definitions(config.refresh_seconds),
+        # Steps run in the run's own process: a per-step process re-imported Great Expectations, pandas and
+        # torch for every check and cost a minute per data-layer run; the pools still order steps across runs.
+        dg.Definitions(resources=focus_resources(config), executor=dg.in_process_executor),
     )
 
 

@@ -1,7 +1,7 @@
 """A plain-text picture of the code location: what a reviewer must see change when the graph changes.
 
 One line per asset (partitions, upstream keys with their partition mappings, group, kinds, pools, automation
-condition), per check (target, blocking, partitions, pool), per job (selected assets and checks, partitions),
+condition), per check (target, blocking, partitions, pool, automation condition), per job (selected assets and checks, partitions),
 per schedule and per sensor; sorted, so the text depends on the graph only.
 """
 
@@ -47,8 +47,10 @@ def _mapping(node, parent) -> str:
 def _check_line(graph, check) -> str:
     spec = graph.get(check)
     pool = graph.assets_def_for_key(check).node_def.pool
+    condition = graph.get(check).automation_condition
     return (f"{check.asset_key.to_user_string()}:{check.name}: blocking={spec.blocking} "
-            f"partitions={_partitions(spec.partitions_def)} pool={pool}")
+            f"partitions={_partitions(spec.partitions_def)} pool={pool} "
+            f"automation={condition.get_label() if condition else None!r}")
 
 
 def _job_line(job) -> str:

@@ -1,0 +1,156 @@
+"""Refresh driven end to end by the automation, as the `focus_refresh` sensor launches it.
+
+From an empty instance the automation alone builds the whole graph; then, in turn, a changed label, a new
+image, a broken release and a change materialised by hand (as from the UI) are each followed by ticks until
+nothing more is requested. After each: every affected partition of every asset was refreshed, with its
+checks, in dependency order; nothing else was; nothing downstream of a failed blocking check ran; and no
+asset partition is left unsynced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import dagster as dg
+import pytest
+
+from assets.datasets import OBSERVE_JOB
+from focus_dagster.config import FocusConfig
+from focus_dagster.definitions import build_definitions
+from tests.automation_driver import Refresh, drive, unsynced
+from tests.conftest import copy_tree
+
+DATASETS = ("idrid", "papila", "g1020")
+MODELS = ("tiny_vit", "tiny_clip", "tiny_llava")  # one per interface, seeded: fast on a CPU
+AGGREGATES = {"cross_dataset_metrics", "leaderboard"}
+# The graph in dependency order: a refreshed dataset must reach all of these.
+CHAIN = ["dataset_records", "harmonised_labels", "image_embeddings", "probe_predictions", "predictions", "metrics",
+         "leaderboard"]
+EVERY_ASSET = {"dataset_records", "harmonised_labels", "label_rejects", "yes_no_questions", "image_embeddings",
+               "zero_shot_scores", "token_probabilities", "probe_predictions", "predictions", "metrics",
+               "cross_dataset_metrics", "leaderboard"}
+EVERY_CHECK = {"dataset_records:quarantine_rate", "harmonised_labels:label_values", "harmonised_labels:rule_consistency",
+               "harmonised_labels:split_leakage", "harmonised_labels:row_accounting",
+               "harmonised_labels:referable_implies_any_dr", "harmonised_labels:metadata_coverage",
+               "harmonised_labels:patient_ids", "harmonised_labels:degenerate_tasks",
+               "yes_no_questions:no_label_leak", "image_embeddings:checkpoint_audit",
+               "token_probabilities:checkpoint_audit"}
+
+
+def fast(request) -> dict:
+    """Fewer bootstrap resamples: the intervals are not under test here."""
+    names = {k.to_user_string() for k in request.asset_selection or []} & {"metrics", "cross_dataset_metrics"}
+    return {"ops": {name: {"config": {"n_resamples": 50}} for name in names}}
+
+
+@dataclass
+class World:
+    """One instance shared by the scenarios, in order; each refresh continues from the cursor the last left."""
+
+    config: FocusConfig
+    defs: dg.Definitions
+    instance: dg.DagsterInstance
+    cursor: object = None
+
+    def refresh(self) -> Refresh:
+        """Observe the releases, then tick until nothing more is requested."""
+        assert self.defs.resolve_job_def(OBSERVE_JOB).execute_in_process(instance=self.instance).success
+        done = drive(self.defs, self.instance, cursor=self.cursor, run_config=fast)
+        self.cursor = done.cursor
+        return done
+
+
+@pytest.fixture(scope="module")
+def world(synth_all, tmp_path_factory):
+    """Three datasets and one model per interface, built from nothing by the automation alone."""
+    out, _ = synth_all
+    tmp = tmp_path_factory.mktemp("refresh")
+    config = FocusConfig(home=tmp / "home", roots={d: copy_tree(out / d, tmp / d) for d in DATASETS}, models=MODELS)
+    built = World(config, build_definitions(config), dg.DagsterInstance.ephemeral())
+    return built, built.refresh()
+
+
+def test_the_automation_builds_the_whole_graph_with_every_check(world):
+    w, built = world
+    requested = built.requested()
+    assert EVERY_ASSET <= set(requested)
+    assert EVERY_CHECK <= set(requested)
+    assert all(built.check_verdicts().get(("harmonised_labels", "label_values", d)) for d in DATASETS)
+    assert unsynced(w.defs, w.instance) == set()
+
+
+def test_a_changed_label_refreshes_its_dataset_in_order_and_leaves_nothing_unsynced(world):
+    w, _ = world
+    label = w.config.root_of("idrid") / "B. Disease Grading" / "2. Groundtruths" / \
+        "a. IDRiD_Disease Grading_Training Labels.csv"
+    lines = label.read_bytes().split(b"\r\n")
+    name, grade, rest = lines[1].split(b",", 2)
+    lines[1] = b",".join([name, b"0" if grade != b"0" else b"2", rest])
+    label.write_bytes(b"\r\n".join(lines))
+    refresh = w.refresh()
+    requested = refresh.requested()
+    assert EVERY_ASSET <= set(requested)  # the whole chain below the dataset, the model layer included
+    assert EVERY_CHECK <= set(requested)  # every check ran with its asset
+    for asset, partitions in requested.items():
+        if asset.split(":")[0] not in AGGREGATES:
+            assert only_about(partitions, "idrid"), (asset, partitions)
+    first = [min(refresh.tick_of(asset)) for asset in CHAIN]
+    assert first == sorted(first), dict(zip(CHAIN, first))
+    assert min(refresh.tick_of("predictions")) > max(refresh.tick_of("probe_predictions"))
+    assert min(refresh.tick_of("leaderboard")) > max(refresh.tick_of("metrics"))
+    assert unsynced(w.defs, w.instance) == set()
+
+
+def test_a_new_image_refreshes_only_its_dataset_and_the_aggregates(world):
+    w, _ = world
+    images = sorted((w.config.root_of("papila") / "FundusImages").glob("*.jpg"))
+    (images[0].parent / "RET998OD.jpg").write_bytes(images[0].read_bytes())
+    requested = w.refresh().requested()
+    assert {"dataset_records", "image_embeddings", "predictions", "metrics", "leaderboard"} <= set(requested)
+    for asset, partitions in requested.items():
+        if asset.split(":")[0] not in AGGREGATES:
+            assert only_about(partitions, "papila"), (asset, partitions)
+    assert unsynced(w.defs, w.instance) == set()
+
+
+def test_a_change_materialised_by_hand_is_checked_then_followed(world):
+    """Records re-read outside the automation and without their check (a bare materialisation, as from the
+    UI): the automation runs the check, then the rest of the chain."""
+    w, _ = world
+    job = w.defs.resolve_implicit_global_asset_job_def().get_subset(
+        asset_selection={dg.AssetKey("dataset_records")}, asset_check_selection=set())
+    assert job.execute_in_process(instance=w.instance, partition_key="idrid").success
+    refresh = w.refresh()
+    requested = refresh.requested()
+    assert requested["dataset_records:quarantine_rate"] == {"idrid"}
+    assert "dataset_records" not in requested  # the materialisation made by hand stands
+    assert {"harmonised_labels", "image_embeddings", "token_probabilities", "predictions", "metrics"} <= set(requested)
+    # The labels run behind the check: in the run that executes it (blocking within the run) or after it.
+    first = refresh.ticks[min(refresh.tick_of("harmonised_labels"))]
+    with_labels = [r for r in first if dg.AssetKey("harmonised_labels") in (r.asset_selection or [])]
+    check = dg.AssetCheckKey(dg.AssetKey("dataset_records"), "quarantine_rate")
+    assert all(check in (r.asset_check_keys or []) for r in with_labels) or \
+        min(refresh.tick_of("harmonised_labels")) > 0
+    assert unsynced(w.defs, w.instance) == set()
+
+
+def test_a_broken_release_stops_at_its_failed_check(world):
+    w, _ = world
+    images = sorted((w.config.root_of("g1020") / "G1020" / "Images").glob("*.jpg"))
+    for image in images[: len(images) * 2 // 3]:
+        image.unlink()
+    refresh = w.refresh()
+    assert refresh.check_verdicts()[("dataset_records", "quarantine_rate", "g1020")] is False
+    materialized = {(e.asset_key.to_user_string(), str(e.partition)) for r in refresh.results for e in r.all_events
+                    if e.event_type_value == "ASSET_MATERIALIZATION"}
+    assert materialized == {("dataset_records", "g1020")}
+    # Planned at most: the rest of the data-layer run, skipped behind the failed check; nothing below it.
+    planned = {asset.split(":")[0] for asset, partitions in refresh.requested().items()}
+    assert planned <= {"dataset_records", "harmonised_labels", "label_rejects", "yes_no_questions"}
+    left = unsynced(w.defs, w.instance)
+    assert left and all(partition and "g1020" in partition for _, partition in left)
+    assert "dataset_records" not in {asset for asset, _ in left}
+
+
+def only_about(partitions: set[str], dataset: str) -> bool:
+    return all(dataset in partition for partition in partitions)

@@ -13,6 +13,7 @@ FOCUS_CONFIG) maps dataset keys to the local roots of real copies:
     models: [efficientnet_lite0, {id: medgemma_4b, path: /weights/medgemma-4b-it}]
     questions: {version: site-1, tasks: {gon: "..."}}   # yes/no questions for multimodal LLMs (optional)
     image_check: header                 # none | header | full
+    executor: in_process                # in_process (default) | multiprocess: how a run executes its steps
 
 Only the datasets listed are registered (they become the dataset partitions). Relative paths are
 relative to the focus.yaml file.
@@ -35,7 +36,10 @@ SYNTHETIC = "synthetic"
 DEFAULT_HOME = ".focus"
 DEFAULT_OBSERVE_CRON = "0 3 * * *"
 DEFAULT_REFRESH_SECONDS = 60  # how often the automation sensor evaluates the graph
-_TOP_LEVEL_KEYS = {"datasets", "synthetic", "release", "splits", "image_check", "models", "questions"}
+_TOP_LEVEL_KEYS = {"datasets", "synthetic", "release", "splits", "image_check", "models", "questions", "executor"}
+# in_process: every step of a run in the run's own process (fast small steps); multiprocess: one process per
+# step (steps of a run in parallel, each paying its own imports).
+EXECUTORS = ("in_process", "multiprocess")
 _SYNTHETIC_KEYS = {"per_dataset", "seed", "scale"}
 _RELEASE_KEYS = {"observe_cron", "content_hash", "refresh_seconds"}
 _SPLITS_KEYS = {"dir", "seed"}
@@ -57,6 +61,7 @@ class FocusConfig:
     synthetic: SyntheticSettings = field(default_factory=SyntheticSettings)
     observe_cron: str = DEFAULT_OBSERVE_CRON
     refresh_seconds: int = DEFAULT_REFRESH_SECONDS
+    executor: str = EXECUTORS[0]
     content_hash: bool = False
     image_check: str = DEFAULT_IMAGE_CHECK
     splits_dir: Path | None = None  # published split files; None = native or seeded splits
@@ -113,6 +118,7 @@ class FocusConfig:
                         "refresh_seconds": self.refresh_seconds},
             "splits": {"seed": self.split_seed, **({"dir": str(self.splits_dir)} if self.splits_dir else {})},
             "image_check": self.image_check,
+            "executor": self.executor,
         }
         if self.models is not None:
             document["models"] = list(self.models)
@@ -155,9 +161,13 @@ def parse_config(raw: Any, home: Path, source: Path | None = None) -> FocusConfi
     image_check = raw.get("image_check", DEFAULT_IMAGE_CHECK)
     if image_check not in IMAGE_CHECKS:
         raise ConfigError(f"{where}: image_check must be one of {list(IMAGE_CHECKS)}, got {image_check!r}.")
+    executor = raw.get("executor", EXECUTORS[0])
+    if executor not in EXECUTORS:
+        raise ConfigError(f"{where}: executor must be one of {list(EXECUTORS)}, got {executor!r}.")
     return FocusConfig(
         home=home,
         roots=roots,
+        executor=executor,
         synthetic=synthetic,
         observe_cron=str(release.get("observe_cron", DEFAULT_OBSERVE_CRON)),
         content_hash=bool(release.get("content_hash", False)),

@@ -13,6 +13,10 @@ from assets.partitions import Registered
 from focus_dagster.config import FocusConfig, load_config
 from resources import focus_resources
 
+# By default a run's steps share its process: one process per step re-imported Great Expectations, pandas and
+# torch for every check (bench/data_layer.py); the pools still order steps across runs.
+EXECUTORS = {"in_process": dg.in_process_executor, "multiprocess": dg.multiprocess_executor}
+
 
 def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
     config = config or load_config()
@@ -24,9 +28,7 @@ def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
         mllm.definitions(registered),
         evaluation.definitions(registered),
         automation.definitions(config.refresh_seconds),
-        # Steps run in the run's own process: a per-step process re-imported Great Expectations, pandas and
-        # torch for every check and cost a minute per data-layer run; the pools still order steps across runs.
-        dg.Definitions(resources=focus_resources(config), executor=dg.in_process_executor),
+        dg.Definitions(resources=focus_resources(config), executor=EXECUTORS[config.executor]),
     )
 
 

@@ -31,3 +31,10 @@ def test_code_location_matches_its_snapshot(name, tmp_path):
     if os.environ.get("FOCUS_UPDATE_SNAPSHOTS") == "1":
         snapshot.write_text(described)
     assert described == snapshot.read_text(), f"the code location changed: review it, then update {snapshot.name}"
+
+
+@pytest.mark.parametrize("executor", ["in_process", "multiprocess"])
+def test_runs_execute_their_steps_as_configured(executor, tmp_path):
+    defs = build_definitions(parse_config({"executor": executor}, tmp_path / "home"))
+    assert defs.resolve_implicit_global_asset_job_def().executor_def.name == executor
+    assert defs.resolve_job_def("focus_data_layer").executor_def.name == executor

@@ -96,3 +96,12 @@ def test_the_resources_read_the_settings_of_the_configuration(tmp_path):
     assert roots.config == config
     assert roots.config.synthetic.per_dataset == load_config({"FOCUS_HOME": str(tmp_path)}).synthetic.per_dataset
     assert roots.is_synthetic("brset") and not roots.config.splits_dir
+
+
+def test_the_executor_is_one_of_two_and_in_process_by_default(tmp_path):
+    assert parse_config({}, tmp_path).executor == "in_process"
+    assert parse_config({"executor": "multiprocess"}, tmp_path).executor == "multiprocess"
+    with pytest.raises(ConfigError, match="executor must be one of"):
+        parse_config({"executor": "threads"}, tmp_path)
+    with pytest.raises(ConfigError, match="refresh_seconds"):
+        parse_config({"release": {"refresh_seconds": 0}}, tmp_path)

@@ -6,7 +6,15 @@ import dagster as dg
 import pandas as pd
 
 from assets.automation import GATED_EAGER
-from assets.partitions import BY_DATASET, ENCODERS, SAME_MODEL_AND_DATASET, Registered, model_and_dataset
+from assets.partitions import (
+    BY_DATASET,
+    DUAL_ENCODERS,
+    ENCODERS,
+    MLLMS,
+    SAME_MODEL_AND_DATASET,
+    Registered,
+    model_and_dataset,
+)
 from focus_dagster.evaluation.configurations import (
     by_pair,
     cross_dataset_configurations,
@@ -152,11 +160,11 @@ def _probe_asset(partitions: dg.MultiPartitionsDefinition):
 def _predictions_asset(datasets: dg.StaticPartitionsDefinition, specs: dict):
     deps = [dg.AssetDep("harmonised_labels")]
     interfaces = {s.interface for s in specs.values()}
-    if interfaces & {"vm", "vlm"}:
+    if interfaces & set(ENCODERS):
         deps.append(dg.AssetDep("probe_predictions", partition_mapping=BY_DATASET))
-    if "vlm" in interfaces:
+    if interfaces & set(DUAL_ENCODERS):
         deps.append(dg.AssetDep("zero_shot_scores", partition_mapping=BY_DATASET))
-    if "mllm" in interfaces:
+    if interfaces & set(MLLMS):
         deps.append(dg.AssetDep("token_probabilities", partition_mapping=BY_DATASET))
 
     @dg.asset(

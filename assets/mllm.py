@@ -12,13 +12,12 @@ from assets.models import (
     MODEL_GROUP,
     checkpoint_audit_result,
     checkpoint_audit_spec,
-    defined_tasks,
     image_files,
     model_run_metadata,
 )
 from assets.partitions import BY_DATASET, MLLMS, Registered, model_and_dataset
 from checks.conditions import WITH_ITS_ASSET
-from focus_dagster.labels import TASKS
+from focus_dagster.labels import TASKS, defined_tasks
 from focus_dagster.labels.rules import rule_for
 from focus_dagster.models.spec import CheckpointError
 from focus_dagster.questions import QuestionBook, find_leaks, unknown_fields

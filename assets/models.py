@@ -13,7 +13,7 @@ from assets.partitions import (
     model_and_dataset,
 )
 from checks.conditions import WITH_ITS_ASSET
-from focus_dagster.labels import TASKS
+from focus_dagster.labels import defined_tasks
 from focus_dagster.models.spec import CheckpointError
 from resources import DatasetRoots, FocusStorage, ModelHub, layout
 
@@ -125,11 +125,6 @@ def _zero_shot_asset(partitions: dg.MultiPartitionsDefinition):
         })
 
     return zero_shot_scores
-
-
-def defined_tasks(labels: pd.DataFrame) -> list[str]:
-    """The tasks this dataset's labels define for at least one image."""
-    return [task for task in TASKS if labels[task].notna().any()]
 
 
 def image_files(datasets: DatasetRoots, dataset: str, labels: pd.DataFrame) -> list[tuple[str, str]]:

@@ -47,36 +47,36 @@ class FocusStorage(ConfigurableResource):
     def replace_table(self, table: Table, frame: pd.DataFrame) -> str:
         """Replace the whole table with `frame` in one transaction; returns the qualified name."""
         name = _qualified(table)
-        return self._replace(table, frame, [(f"DROP TABLE IF EXISTS {name}", []), (create_table_sql(name, frame), [])])
+        return self._replace(table, frame, lambda con: [(f"DROP TABLE IF EXISTS {name}", []),
+                                                        (create_table_sql(name, frame), [])])
 
     def replace_partition(self, table: Table, partition: str, frame: pd.DataFrame) -> str:
-        """Replace the rows of one partition of a shared table (its `partition_column` equals `partition`)."""
+        """Replace the rows of one partition of a shared table (its `partition_column` equals `partition`).
+
+        A column the frame has and a table written by an earlier version lacks is added first (null in the old
+        rows), so a new column never fails a step on an existing FOCUS_HOME."""
         name = _qualified(table)
-        return self._replace(table, frame, [
-            (create_table_sql(name, frame, if_not_exists=True), []),
-            *((sql, []) for sql in self._added_columns_sql(table, frame)),
-            (f"DELETE FROM {name} WHERE {_partition_column(table)} = ?", [partition]),
-        ])
 
-    def _added_columns_sql(self, table: Table, frame: pd.DataFrame) -> list[str]:
-        """ALTER statements for the frame's columns that a table written by an earlier version lacks (its old
-        rows hold null there), so a new column never fails a step on an existing FOCUS_HOME."""
-        query = "SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ?"
-        with self.connect() as con:
-            present = {row[0] for row in con.execute(query, [table.schema, table.name]).fetchall()}
-        if not present:
-            return []
-        return [f'ALTER TABLE {_qualified(table)} ADD COLUMN "{column}" {duckdb_type(dtype)}'
-                for column, dtype in frame.dtypes.items() if column not in present]
+        def make_room(con) -> list[tuple[str, list]]:
+            con.execute(create_table_sql(name, frame, if_not_exists=True))
+            present = {row[0] for row in con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ?",
+                [table.schema, table.name]).fetchall()}
+            added = [(f'ALTER TABLE {name} ADD COLUMN "{column}" {duckdb_type(dtype)}', [])
+                     for column, dtype in frame.dtypes.items() if column not in present]
+            return [*added, (f"DELETE FROM {name} WHERE {_partition_column(table)} = ?", [partition])]
 
-    def _replace(self, table: Table, frame: pd.DataFrame, statements: list[tuple[str, list]]) -> str:
-        """In one transaction: run `statements` (which make room), then insert `frame` by column name."""
+        return self._replace(table, frame, make_room)
+
+    def _replace(self, table: Table, frame: pd.DataFrame, make_room) -> str:
+        """In one transaction on one connection: `make_room(con)` runs what it must and returns the statements
+        that clear the rows `frame` replaces; then `frame` is inserted by column name."""
         name = _qualified(table)
         with self.connect() as con:
             con.execute(f"CREATE SCHEMA IF NOT EXISTS {table.schema}")
             con.register("incoming", frame)
             con.execute("BEGIN TRANSACTION")
-            for sql, params in statements:
+            for sql, params in make_room(con):
                 con.execute(sql, params)
             con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM incoming")
             con.execute("COMMIT")

@@ -24,10 +24,9 @@ import pandas as pd
 
 from focus_dagster.evaluation.predictions import LINEAGE_COLUMNS
 from focus_dagster.evaluation.probes import PROBE_METHOD
-from focus_dagster.labels import TASKS
+from focus_dagster.labels import defined_tasks
 
 METHODS = {"vm": (PROBE_METHOD,), "vlm": (PROBE_METHOD, "zero_shot"), "mllm": ("yes_no",)}
-ENCODER_INTERFACES = ("vm", "vlm")
 UNAVAILABLE_COLUMNS = ["dataset", "model", "method", "task", "train_dataset", "reason"]
 
 
@@ -47,11 +46,6 @@ class Configuration:
 def methods_of(interface: str) -> tuple[str, ...]:
     """The evaluation methods of a model interface."""
     return METHODS.get(interface, ())
-
-
-def defined_tasks(labels: pd.DataFrame) -> list[str]:
-    """The tasks a dataset's labels define (at least one non-null label), in the benchmark's task order."""
-    return [task for task in TASKS if task in labels and labels[task].notna().any()]
 
 
 def in_domain_configurations(dataset: str, labels: pd.DataFrame, interfaces: dict[str, str]) -> list[Configuration]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from focus_dagster.labels import TASKS
+from focus_dagster.labels import defined_tasks
 
 PROBE_METHOD = "linear_probe"
 MIN_TRAIN_PER_CLASS = 2  # logistic regression needs both classes; fewer than this per class is no probe
@@ -76,7 +76,7 @@ def in_domain_probes(dataset: str, embeddings: pd.DataFrame, labels: pd.DataFram
     """
     joined = labels.merge(embeddings[["image_id", "embedding"]], on="image_id", how="inner")
     rows, probes, skipped = [], {}, {}
-    for task in [t for t in TASKS if labels[t].notna().any()]:
+    for task in defined_tasks(labels):
         defined = joined[joined[task].notna()]
         train, test = defined[defined["split"] == "train"], defined[defined["split"] == "test"]
         if test.empty:

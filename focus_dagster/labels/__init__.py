@@ -6,6 +6,6 @@ from focus_dagster.labels.harmonise import (
     LabelResult,
     harmonise,
 )
-from focus_dagster.labels.rules import RULES, TASKS
+from focus_dagster.labels.rules import RULES, TASKS, defined_tasks
 
-__all__ = ["LABEL_COLUMNS", "REJECT_COLUMNS", "RULES", "TASKS", "LabelResult", "harmonise"]
+__all__ = ["LABEL_COLUMNS", "REJECT_COLUMNS", "RULES", "TASKS", "LabelResult", "defined_tasks", "harmonise"]

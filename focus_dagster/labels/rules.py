@@ -37,6 +37,11 @@ Frame = pd.DataFrame
 Series = pd.Series
 
 
+
+def defined_tasks(labels: pd.DataFrame) -> list[str]:
+    """The tasks a dataset's harmonised labels define (a non-null label on at least one image), in TASKS order."""
+    return [task for task in TASKS if task in labels and labels[task].notna().any()]
+
 @dataclass(frozen=True)
 class SubsetFilter:
     """Records outside the benchmark subset: `excluded(records)` is True for rows to reject."""

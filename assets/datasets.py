@@ -1,12 +1,16 @@
 """The data layer: dataset releases as observed on disk, and the native records read from them."""
 
+import time
+
 import dagster as dg
 import pandas as pd
 
 from assets.automation import RELEASE_CHANGED
 from assets.partitions import Registered
 from checks.records import build_record_checks
+from focus_dagster import lineage
 from focus_dagster.datasets import DATASETS, ReadResult
+from focus_dagster.version import code_version
 from resources import DatasetRoots, FocusStorage, layout
 
 DATA_GROUP = "datasets"
@@ -50,10 +54,13 @@ def _dataset_assets(partitions: dg.StaticPartitionsDefinition) -> list:
             "as stale, and nothing else."
         ),
     )
-    def dataset_release(context, datasets: DatasetRoots) -> dg.DataVersionsByPartition:
+    def dataset_release(context, datasets: DatasetRoots, storage: FocusStorage) -> dg.DataVersionsByPartition:
         keys = [context.partition_key] if context.has_partition_key else partitions.get_partition_keys()
         for key in keys:
             fingerprint = datasets.fingerprint(key)
+            # What `focus trace` compares the release each number was read from with (no instance query needed).
+            storage.write_artifact(layout.release_file(key), lambda partial: partial.write_text(lineage.dumps(
+                _release_stamp(datasets, key, fingerprint, context.run_id) | {"observed_at": time.time()})))
             # Observations are logged here rather than returned so that each partition's event carries its
             # metadata as well as its version (DataVersionsByPartition alone records only the version).
             context.log_event(
@@ -89,13 +96,28 @@ def _dataset_assets(partitions: dg.StaticPartitionsDefinition) -> list:
         key = context.partition_key
         release = datasets.fingerprint(key)
         result = datasets.read(key)
-        table = storage.replace_table(layout.records_table(key), result.records)
-        storage.replace_partition(layout.QUARANTINE, key, result.quarantine)
-        storage.replace_partition(layout.UNLISTED_IMAGES, key, _unlisted_frame(result))
+        stamp = lineage.stamp(
+            "dataset_records", key, context.run_id, lineage.frame_version(result.records), code_version=code_version(),
+            inputs={"release": _release_stamp(datasets, key, release, context.run_id)},
+            rows_quarantined=len(result.quarantine),
+        )
+        # The records, their quarantine, the unlisted images and the lineage of all three change together.
+        table, _, _ = storage.replace_partitions([(layout.records_table(key), None, result.records),
+                                                  (layout.QUARANTINE, key, result.quarantine),
+                                                  (layout.UNLISTED_IMAGES, key, _unlisted_frame(result))], stamp=stamp)
         context.log.info(result.accounting_line())
-        return dg.MaterializeResult(metadata=_records_metadata(result, table, release.version))
+        return dg.MaterializeResult(metadata=_records_metadata(result, table, release.version)
+                                    | {"lineage_version": stamp["version"]})
 
     return [dataset_release, dataset_records]
+
+
+def _release_stamp(datasets: DatasetRoots, key: str, fingerprint, run_id: str) -> dict:
+    """The release as fingerprinted on disk by this run (an observation, or a read of the records)."""
+    values = fingerprint.as_dict()
+    return lineage.stamp("dataset_release", key, run_id, fingerprint.version, code_version=code_version(),
+                         root=str(datasets.root(key)), images=values["images"], label_files=values["label_files"],
+                         total_bytes=values["total_bytes"], content_hash=values["content_hash"])
 
 
 def _release_metadata(datasets: DatasetRoots, key: str, fingerprint: dict) -> dict:

@@ -15,6 +15,7 @@ from assets.partitions import (
     Registered,
     model_and_dataset,
 )
+from focus_dagster import lineage
 from focus_dagster.evaluation.configurations import (
     by_pair,
     cross_dataset_configurations,
@@ -35,8 +36,7 @@ from focus_dagster.evaluation.predictions import (
     with_lineage,
 )
 from focus_dagster.evaluation.leaderboard import cross_matrix_markdown, leaderboard_markdown
-from focus_dagster.evaluation.probes import PROBE_METHOD, skipped_frame, skipped_tasks
-from focus_dagster.instance import latest_materialization, latest_observation
+from focus_dagster.evaluation.probes import PROBE_METHOD, skipped_frame
 from focus_dagster.version import code_version
 from resources import FocusStorage, layout
 
@@ -133,13 +133,18 @@ def _probe_asset(partitions: dg.MultiPartitionsDefinition):
         from focus_dagster.evaluation.probes import in_domain_probes, save_probes
 
         model, dataset = model_and_dataset(context)
-        labels = storage.read_labels(dataset)
-        embeddings = storage.read_parquet(layout.EMBEDDINGS.file(model, dataset))
+        labels, labels_stamp = storage.read_stamped_labels(dataset)
+        embeddings, embeddings_stamp = storage.read_stamped_parquet(layout.EMBEDDINGS.file(model, dataset))
         run = in_domain_probes(dataset, embeddings, labels)
-        storage.write_artifact(layout.PROBES.file(model, dataset), lambda partial: save_probes(partial, run.probes),
-                               suffix=".npz")
-        skipped_path, _ = storage.write_parquet(layout.PROBE_SKIPPED.file(model, dataset), skipped_frame(run.skipped))
-        path, sha = storage.write_parquet(layout.PROBE_SCORES.file(model, dataset), run.predictions)
+        # The probes, their scores and the tasks skipped carry one stamp: the embeddings and labels they were fit on.
+        stamp = lineage.stamp("probe_predictions", layout.model_dataset_row_key(model, dataset), context.run_id,
+                              lineage.frame_version(run.predictions), code_version=code_version(),
+                              inputs={"embeddings": embeddings_stamp, "labels": labels_stamp}, skipped=run.skipped)
+        storage.write_artifact(layout.PROBES.file(model, dataset),
+                               lambda partial: save_probes(partial, run.probes, stamp), suffix=".npz")
+        skipped_path, _ = storage.write_parquet(layout.PROBE_SKIPPED.file(model, dataset), skipped_frame(run.skipped),
+                                                stamp)
+        path, sha = storage.write_parquet(layout.PROBE_SCORES.file(model, dataset), run.predictions, stamp)
         return dg.MaterializeResult(metadata={
             "dagster/row_count": len(run.predictions),
             "tasks": sorted(run.probes),
@@ -149,6 +154,7 @@ def _probe_asset(partitions: dg.MultiPartitionsDefinition):
             "train_sizes": dg.MetadataValue.json({t: [p.n_train, p.n_train_positive] for t, p in run.probes.items()}),
             "path": dg.MetadataValue.path(str(path)),
             "sha256": sha,
+            "lineage_version": stamp["version"],
         })
 
     return probe_predictions
@@ -178,26 +184,37 @@ def _predictions_asset(datasets: dg.StaticPartitionsDefinition, specs: dict):
     )
     def predictions(context: dg.AssetExecutionContext, storage: FocusStorage) -> dg.MaterializeResult:
         dataset = context.partition_key
-        labels = storage.read_labels(dataset)
-        base = _dataset_lineage(context.instance, dataset)
+        labels, labels_stamp = storage.read_stamped_labels(dataset)
         expected = in_domain_configurations(dataset, labels, {model: spec.interface for model, spec in specs.items()})
-        parts, gaps, rejected, examples = [], [], {}, []
+        parts, gaps, sources, rejected, examples = [], [], {}, {}, []
         for model, spec in specs.items():
             for method in methods_of(spec.interface):
                 configs = [c for c in expected if (c.model, c.method) == (model, method)]
-                part, missing, checked = _method_predictions(context, storage, model, spec, method, configs, labels,
-                                                             base)
+                output = _SOURCES[method](storage, model, dataset, labels, labels_stamp)
+                part, missing, checked = _method_predictions(context, model, spec, method, configs, output,
+                                                             _row_lineage(labels_stamp, output.stamp))
                 parts += part
                 gaps += missing
+                sources[model, method] = output.stamp
                 rejected.update(checked.rejected)
                 examples += checked.rejected_examples
         frame = pd.concat(parts, ignore_index=True) if parts else empty_predictions()
         version = frame_version(frame)
+        stamps = {key: lineage.stamp("predictions", dataset, context.run_id, version, code_version=code_version(),
+                                     inputs={"labels": labels_stamp, "source": source},
+                                     configuration={"model": key[0], "method": key[1]})
+                  for key, source in sources.items()}
+        ids = {key: lineage.stamp_id(value) for key, value in stamps.items()}
+        frame["lineage_id"] = [ids[key] for key in zip(frame["model"], frame["method"])]
         frame["predictions_version"] = version
         frame["partition"] = dataset
+        gaps = [{**row, "lineage_id": ids[row["model"], row["method"]]} for row in gaps]
         unavailable = unavailable_frame(gaps, predictions_version=version, run_id=context.run_id, partition=dataset)
-        storage.replace_partition(layout.SAMPLES, dataset, frame)
-        storage.replace_partition(layout.UNAVAILABLE, dataset, unavailable)
+        partition_stamp = lineage.stamp("predictions", dataset, context.run_id, version, code_version=code_version(),
+                                        inputs={"labels": labels_stamp},
+                                        sources={f"{m}/{k}": i for (m, k), i in ids.items()})
+        storage.replace_partitions([(layout.SAMPLES, dataset, frame), (layout.UNAVAILABLE, dataset, unavailable)],
+                                   stamp=partition_stamp, stamps=tuple(stamps.values()))
         return dg.MaterializeResult(metadata={
             "dagster/row_count": len(frame),
             "configurations": int(frame.groupby(CONFIG_COLUMNS, dropna=False).ngroups) if len(frame) else 0,
@@ -206,7 +223,8 @@ def _predictions_asset(datasets: dg.StaticPartitionsDefinition, specs: dict):
             "rejected_rows": dg.MetadataValue.json(rejected),
             "rejected_examples": dg.MetadataValue.json(examples[:10]),
             "unavailable": dg.MetadataValue.json(_unavailable_summary(gaps)),
-            "predictions_version": frame["predictions_version"].iloc[0] if len(frame) else "",
+            "predictions_version": version,
+            "labels_version": labels_stamp["version"] if labels_stamp else "",
         })
 
     return predictions
@@ -214,100 +232,126 @@ def _predictions_asset(datasets: dg.StaticPartitionsDefinition, specs: dict):
 
 @dataclass
 class _Output:
-    """A model output read for the predictions table (with labels attached), or the reason it cannot be read."""
+    """A model output read for the predictions table (with labels attached) and the lineage stamp written with it,
+    or the reason it cannot be used."""
 
-    produced: object = None
+    stamp: dict | None = None
     frame: pd.DataFrame | None = None
     reason: str | None = None
     skipped: dict = field(default_factory=dict)  # task -> why no probe was fit (probes only)
 
 
-def _method_predictions(context, storage, model, spec, method, configs, labels, base):
+def _method_predictions(context, model, spec, method, configs, output: _Output, row_lineage: dict):
     """One model x method on one dataset: its finished rows, the unavailable rows of its configurations without
-    test predictions (each with the lineage known so far), and the rows rejected as non-finite."""
+    test predictions (with the lineage the output recorded), and the rows rejected as non-finite."""
     dataset = context.partition_key
-    output = _SOURCES[method](context, storage, model, dataset, labels)
-    lineage = {**base, **(_model_lineage(context.instance, output.produced, model, dataset) if output.produced else {})}
     if output.frame is None:
-        return [], [{**c.unavailable(output.reason), **lineage} for c in configs], Assembled(pd.DataFrame())
+        return [], [{**c.unavailable(output.reason), **row_lineage} for c in configs], Assembled(pd.DataFrame())
+    source = f"{output.stamp['asset']} {model}/{dataset}"
     checked = finite_scores(output.frame, f"{method} {model}/{dataset}")
-    missing = unavailable_rows(configs, output.frame, checked.frame, f"{output.produced.asset} {model}/{dataset}",
-                               output.skipped)
-    part = finish(checked.frame, dataset=dataset, model=model, interface=spec.interface, method=method, **lineage,
-                  run_id=context.run_id)
-    return [part], [{**row, **lineage} for row in missing], checked
+    missing = unavailable_rows(configs, output.frame, checked.frame, source, output.skipped)
+    part = finish(checked.frame, dataset=dataset, model=model, interface=spec.interface, method=method,
+                  **row_lineage, run_id=context.run_id)
+    return [part], [{**row, **row_lineage} for row in missing], checked
 
 
-def _probe_source(context, storage, model, dataset, labels) -> _Output:
-    produced, reason = _upstream(context.instance, "probe_predictions", model, dataset)
-    if produced is None:
-        return _Output(reason=reason)
-    scores = storage.read_parquet(layout.PROBE_SCORES.file(model, dataset))
-    return _Output(produced, with_labels(scores, labels, f"probe_predictions {model}/{dataset}"),
-                   skipped=_probe_skipped(storage, model, dataset))
+def _probe_source(storage, model, dataset, labels, labels_stamp) -> _Output:
+    scores, stamp, reason = _stamped_output(storage, "probe_predictions", layout.PROBE_SCORES, model, dataset,
+                                            labels_stamp)
+    if reason:
+        return _Output(stamp, reason=reason)
+    return _Output(stamp, with_labels(scores, labels, f"probe_predictions {model}/{dataset}"),
+                   skipped=lineage.fact(stamp, "facts", "skipped") or {})
 
 
-def _probe_skipped(storage, model: str, dataset: str) -> dict[str, str]:
-    """The tasks the probe step could not fit and why ({} for probes stored before the reasons were kept)."""
-    path = layout.PROBE_SKIPPED.file(model, dataset)
-    return skipped_tasks(storage.read_parquet(path)) if storage.artifact_path(path).exists() else {}
+def _stamped_output(storage, asset: str, files, model: str, dataset: str, labels_stamp):
+    """A model output file and its stamp, or why it cannot be used with the labels read now."""
+    path = files.file(model, dataset)
+    if not storage.artifact_path(path).exists():
+        return None, None, _not_materialised(asset, model, dataset)
+    scores, stamp = storage.read_stamped_parquet(path)
+    return scores, stamp, _unusable(stamp, labels_stamp, asset, model, dataset)
 
 
-def _zero_shot_source(context, storage, model, dataset, labels) -> _Output:
-    produced, reason = _upstream(context.instance, "zero_shot_scores", model, dataset)
-    if produced is None:
-        return _Output(reason=reason)
-    scores = storage.read_partition(layout.ZERO_SHOT, layout.model_dataset_row_key(model, dataset))
+def _zero_shot_source(storage, model, dataset, labels, labels_stamp) -> _Output:
+    key = layout.model_dataset_row_key(model, dataset)
+    (scores,), stamp = storage.read_stamped([(layout.ZERO_SHOT, key)], "zero_shot_scores", key)
+    if stamp is None and scores.empty:
+        return _Output(reason=_not_materialised("zero_shot_scores", model, dataset))
+    reason = _unusable(stamp, labels_stamp, "zero_shot_scores", model, dataset)
+    if reason:
+        return _Output(stamp, reason=reason)
     frame = train_youden(with_labels(scores[["image_id", "task", "score"]], labels, f"zero_shot_scores {model}/{dataset}"))
-    return _Output(produced, frame.assign(train_dataset=None))
+    return _Output(stamp, frame.assign(train_dataset=None))
 
 
-def _yes_no_source(context, storage, model, dataset, labels) -> _Output:
-    produced, reason = _upstream(context.instance, "token_probabilities", model, dataset)
-    if produced is None:
-        return _Output(reason=reason)
-    scores = storage.read_parquet(layout.TOKEN_PROBABILITIES.file(model, dataset))
+def _yes_no_source(storage, model, dataset, labels, labels_stamp) -> _Output:
+    scores, stamp, reason = _stamped_output(storage, "token_probabilities", layout.TOKEN_PROBABILITIES, model,
+                                            dataset, labels_stamp)
+    if reason:
+        return _Output(stamp, reason=reason)
     scores = scores.rename(columns={"p_yes_reference": "score_reference"})[["image_id", "task", "score",
                                                                             "score_reference"]]
     frame = train_youden(with_labels(scores, labels, f"token_probabilities {model}/{dataset}"))
-    return _Output(produced, frame.assign(train_dataset=None))
+    return _Output(stamp, frame.assign(train_dataset=None))
 
 
 # The reader of each method's model output (the methods of an interface: configurations.METHODS).
 _SOURCES = {PROBE_METHOD: _probe_source, "zero_shot": _zero_shot_source, "yes_no": _yes_no_source}
 
 
-def _upstream(instance, asset: str, model: str, dataset: str):
-    """The latest materialisation of a model output, or why there is none (never run, or blocked by a check)."""
-    produced = latest_materialization(instance, asset, layout.model_dataset_key(model, dataset))
-    if produced is not None:
-        return produced, None
-    return None, f"{asset} {model}/{dataset} is not materialised (its run failed or a blocking check upstream " \
-                 "stopped it: see the asset in the UI)"
+def _not_materialised(asset: str, model: str, dataset: str) -> str:
+    return (f"{asset} {model}/{dataset} is not materialised (its run failed or a blocking check upstream stopped "
+            "it: see the asset in the UI)")
 
 
-def _dataset_lineage(instance, dataset: str) -> dict:
-    release = latest_observation(instance, "dataset_release", dataset)
-    labels = latest_materialization(instance, "harmonised_labels", dataset)
+def _unusable(stamp: dict | None, labels_stamp: dict | None, asset: str, model: str, dataset: str) -> str | None:
+    """Why a model output must not be combined with the labels read now: written without lineage, computed from
+    other labels (a refresh has not reached it yet), or by weights whose checkpoint audit failed."""
+    name = f"{asset} {model}/{dataset}"
+    if stamp is None:
+        return f"{name} was written without lineage (by an earlier version): rematerialise it"
+    used = _labels_version_used(stamp)
+    current = (labels_stamp or {}).get("version")
+    if used != current:
+        return (f"{name} was computed from labels version {used} of {dataset}, but the labels are now version "
+                f"{current}: rematerialise {asset} (the refresh sensor does so once its upstream is current)")
+    model_facts = _model_of(stamp) or {}
+    if model_facts.get("audit_clean") is False:
+        return f"{name} was computed by weights whose checkpoint audit failed ({model_facts.get('weights_path')})"
+    return None
+
+
+def _labels_version_used(stamp: dict) -> str | None:
+    """The labels version a model output rests on (probes: their own labels input, which must match the
+    embeddings' too, else None)."""
+    versions = {lineage.fact(stamp, "inputs", name, "version") for name in ("labels",)}
+    below = lineage.fact(stamp, "inputs", "embeddings")
+    if below is not None:
+        versions.add(lineage.fact(below, "inputs", "labels", "version"))
+    return versions.pop() if len(versions) == 1 else None
+
+
+def _model_of(stamp: dict | None) -> dict | None:
+    """The model facts of a model output (probes: those of the embeddings they were fit on)."""
+    if stamp is None:
+        return None
+    return lineage.fact(stamp, "facts", "model") or _model_of(lineage.fact(stamp, "inputs", "embeddings"))
+
+
+def _row_lineage(labels_stamp: dict | None, source: dict | None, train_labels: dict | None = None) -> dict:
+    """The lineage columns of a configuration's rows, from the stamps the step read."""
+    model = _model_of(source) or {}
     return {
-        "release_version": release.data_version if release else None,
-        "labels_version": (labels.metadata.get("export_sha256") or labels.data_version) if labels else None,
+        "release_version": lineage.fact(labels_stamp, "inputs", "records", "inputs", "release", "version"),
+        "labels_version": lineage.fact(labels_stamp, "version"),
+        "model_revision": model.get("revision"),
+        "model_snapshot": model.get("snapshot"),
+        "weights_sha256": model.get("weights_sha256"),
+        "source_asset": lineage.fact(source, "asset"),
+        "source_run_id": lineage.fact(source, "run_id"),
+        "train_labels_version": lineage.fact(train_labels, "version"),
         "code_version": code_version(),
-    }
-
-
-def _model_lineage(instance, produced, model: str, dataset: str) -> dict:
-    """Model revision and weights hash of a model output; probes and zero-shot scores take them from the
-    embeddings they were computed from."""
-    meta = produced.metadata
-    if not meta.get("weights_sha256"):
-        embeddings = latest_materialization(instance, "image_embeddings", layout.model_dataset_key(model, dataset))
-        meta = {**meta, **(embeddings.metadata if embeddings else {})}
-    return {
-        "model_revision": meta.get("model_source"),
-        "weights_sha256": meta.get("weights_sha256"),
-        "source_asset": produced.asset,
-        "source_run_id": produced.run_id,
     }
 
 
@@ -336,18 +380,36 @@ def _metrics_asset(datasets: dg.StaticPartitionsDefinition):
         from focus_dagster.labels.rules import AXIS_METADATA
 
         dataset = context.partition_key
-        labels = storage.read_labels(dataset)
-        samples = storage.read_partition(layout.SAMPLES, dataset)
-        unavailable = storage.read_partition(layout.UNAVAILABLE, dataset)
+        labels, labels_stamp = storage.read_stamped_labels(dataset)
+        (samples, unavailable), predictions_stamp = storage.read_stamped(
+            [(layout.SAMPLES, dataset), (layout.UNAVAILABLE, dataset)], "predictions", dataset)
+        _same_labels(predictions_stamp, labels_stamp, dataset)
         coverage = {column: share > 0 for column, share in check_metadata_coverage(labels).info.items()}
         metadata = labels[["image_id", *AXIS_METADATA]]
         rows = metric_rows(samples, metadata, coverage, Settings(config.n_resamples, config.seed))
         table = with_unavailable(with_lineage(rows, samples, context.run_id), unavailable, context.run_id)
         table = table.assign(partition=dataset)
-        storage.replace_partition(layout.METRICS, dataset, table)
+        stamp = lineage.stamp("metrics", dataset, context.run_id, lineage.frame_version(table, VALUE_COLUMNS),
+                              code_version=code_version(), inputs={"predictions": predictions_stamp})
+        storage.replace_partition(layout.METRICS, dataset, table, stamp=stamp)
         return dg.MaterializeResult(metadata=metrics_metadata(table, coverage, len(unavailable)))
 
     return metrics
+
+
+# What a metric table's version covers: the numbers, not the run that computed them.
+VALUE_COLUMNS = ["metric_id", "value", "ci_low", "ci_high", "n", "n_pos", "reason"]
+
+
+def _same_labels(predictions_stamp: dict | None, labels_stamp: dict | None, dataset: str) -> None:
+    """Metrics combine the predictions with the labels' metadata (sex, age, quality): both must rest on the same
+    labels, or a refresh is half-way and the numbers would mix two releases."""
+    assembled = lineage.fact(predictions_stamp, "inputs", "labels", "version")
+    current = lineage.fact(labels_stamp, "version")
+    if predictions_stamp is not None and assembled != current:
+        raise dg.Failure(f"the predictions of {dataset} were assembled from labels version {assembled}, but the labels "
+                         f"are now version {current}: materialise predictions[{dataset}] first (the refresh sensor "
+                         "does so on its own).")
 
 
 def metrics_metadata(table: pd.DataFrame, coverage: dict, unavailable: int) -> dict:
@@ -378,29 +440,39 @@ def _cross_dataset_asset(specs: dict, encoders: list[str], registered: list[str]
         from focus_dagster.evaluation.tables import Settings, metric_rows, with_unavailable
 
         datasets = [d for d in registered if storage.has_labels(d)]
-        labels = {d: storage.read_labels(d) for d in datasets}
-        lineage = {d: _dataset_lineage(context.instance, d) for d in datasets}
-        parts, gaps, trained = [], [], {}
+        read = {d: storage.read_stamped_labels(d) for d in datasets}
+        labels = {d: frame for d, (frame, _) in read.items()}
+        parts, gaps, pairs, trained = [], [], {}, {}
         for (model, source, target), configs in by_pair(cross_dataset_configurations(encoders, labels)):
             if (model, source) not in trained:
-                trained[model, source] = _trained_probes(context, storage, model, source)
-            part, missing = _cross_pair(context, storage, specs[model], configs, trained[model, source],
-                                        labels[target], lineage[target])
+                trained[model, source] = _trained_probes(storage, model, source)
+            part, missing, pairs[model, source, target] = _cross_pair(
+                context, storage, specs[model], configs, trained[model, source], read[target])
             parts += part
             gaps += missing
         samples = pd.concat(parts, ignore_index=True) if parts else empty_predictions()
         version = frame_version(samples)
+        stamps = {key: lineage.stamp("cross_dataset_metrics", layout.CROSS_PARTITION, context.run_id, version,
+                                     code_version=code_version(), inputs=inputs,
+                                     configuration={"model": key[0], "train_dataset": key[1], "dataset": key[2]})
+                  for key, inputs in pairs.items()}
+        ids = {key: lineage.stamp_id(value) for key, value in stamps.items()}
+        samples["lineage_id"] = [ids[key] for key in zip(samples["model"], samples["train_dataset"], samples["dataset"])]
         samples["predictions_version"] = version
         samples["partition"] = layout.CROSS_PARTITION
+        gaps = [{**row, "lineage_id": ids[row["model"], row["train_dataset"], row["dataset"]]} for row in gaps]
         unavailable = unavailable_frame(gaps, predictions_version=version, run_id=context.run_id,
                                         partition=layout.CROSS_PARTITION)
         rows = metric_rows(samples, pd.DataFrame({"image_id": samples["image_id"].unique()}), {},
                            Settings(config.n_resamples, config.seed))
         table = with_unavailable(with_lineage(rows, samples, context.run_id), unavailable, context.run_id)
         table = table.assign(partition=layout.CROSS_PARTITION)
-        storage.replace_partition(layout.SAMPLES, layout.CROSS_PARTITION, samples)
-        storage.replace_partition(layout.UNAVAILABLE, layout.CROSS_PARTITION, unavailable)
-        storage.replace_partition(layout.METRICS, layout.CROSS_PARTITION, table)
+        stamp = lineage.stamp("cross_dataset_metrics", layout.CROSS_PARTITION, context.run_id, version,
+                              code_version=code_version(), pairs=len(ids))
+        storage.replace_partitions([(layout.SAMPLES, layout.CROSS_PARTITION, samples),
+                                    (layout.UNAVAILABLE, layout.CROSS_PARTITION, unavailable),
+                                    (layout.METRICS, layout.CROSS_PARTITION, table)], stamp=stamp,
+                                   stamps=tuple(stamps.values()))
         return dg.MaterializeResult(metadata={
             "dagster/row_count": len(table),
             "predictions": len(samples),
@@ -414,49 +486,75 @@ def _cross_dataset_asset(specs: dict, encoders: list[str], registered: list[str]
 
 @dataclass
 class _Trained:
-    """The in-domain probes of one encoder on one dataset, or the reason there are none."""
+    """The in-domain probes of one encoder on one dataset with their stamp, or the reason there are none."""
 
-    produced: object = None
+    stamp: dict | None = None
     probes: dict = field(default_factory=dict)  # task -> Probe
     skipped: dict = field(default_factory=dict)  # task -> why no probe was fit
     reason: str | None = None
 
 
-def _trained_probes(context, storage, model: str, source: str) -> _Trained:
-    from focus_dagster.evaluation.probes import load_probes
+def _trained_probes(storage, model: str, source: str) -> _Trained:
+    from focus_dagster.evaluation.probes import load_stamped_probes
 
-    produced, reason = _upstream(context.instance, "probe_predictions", model, source)
     path = storage.artifact_path(layout.PROBES.file(model, source))
-    if produced is None or not path.exists():
-        return _Trained(reason=reason or f"probe_predictions {model}/{source} is materialised but {path} is missing: "
-                                         "rematerialise it")
-    return _Trained(produced, load_probes(path), _probe_skipped(storage, model, source))
+    if not path.exists():
+        return _Trained(reason=_not_materialised("probe_predictions", model, source))
+    probes, stamp = load_stamped_probes(path)
+    if stamp is None:
+        return _Trained(reason=f"probe_predictions {model}/{source} was written without lineage (by an earlier "
+                               "version): rematerialise it")
+    return _Trained(stamp, probes, lineage.fact(stamp, "facts", "skipped") or {})
 
 
-def _cross_pair(context, storage, spec, configs, trained: _Trained, target_labels, target_lineage):
-    """The predictions of one encoder's probes trained on dataset A for dataset B, and an unavailable row (with
-    the reason) for each of the pair's tasks without test predictions."""
+def _cross_pair(context, storage, spec, configs, trained: _Trained, target: tuple):
+    """The predictions of one encoder's probes trained on dataset A for dataset B, an unavailable row (with the
+    reason) for each of the pair's tasks without test predictions, and the stamps of what the pair read: the
+    probes (the training dataset's chain), B's embeddings and B's labels."""
     from focus_dagster.evaluation.probes import cross_dataset_scores
 
-    model, source, target = configs[0].model, configs[0].train_dataset, configs[0].dataset
-    lineage = {**target_lineage,
-               **(_model_lineage(context.instance, trained.produced, model, source) if trained.produced else {})}
-    embeddings = layout.EMBEDDINGS.file(model, target)
-    reason = trained.reason or (None if storage.artifact_path(embeddings).exists() else
-                                f"image_embeddings {model}/{target} is not materialised ({embeddings} is missing)")
+    model, source, dataset = configs[0].model, configs[0].train_dataset, configs[0].dataset
+    target_labels, labels_stamp = target
+    embeddings = layout.EMBEDDINGS.file(model, dataset)
+    present = storage.artifact_path(embeddings).exists()
+    vectors, embeddings_stamp = storage.read_stamped_parquet(embeddings) if present else (None, None)
+    inputs = {"probes": trained.stamp, "embeddings": embeddings_stamp, "labels": labels_stamp}
+    row_lineage = {**_row_lineage(labels_stamp, trained.stamp, lineage.fact(trained.stamp, "inputs", "labels")),
+                   "source_asset": "probe_predictions"}
+    reason = trained.reason or _cross_unusable(model, source, dataset, trained.stamp, embeddings_stamp, labels_stamp,
+                                               present)
     if reason:
-        return [], [{**c.unavailable(reason), **lineage} for c in configs]
-    vectors = storage.read_parquet(embeddings)
+        return [], [{**c.unavailable(reason), **row_lineage} for c in configs], inputs
     frames = [cross_dataset_scores(trained.probes[c.task], source, vectors, target_labels)
               for c in configs if c.task in trained.probes]
     scored = with_labels(pd.concat([f for f in frames if len(f)] or [_no_scores()], ignore_index=True),
-                         target_labels, f"probe {model}/{source} on {target}")
-    checked = finite_scores(scored, f"probe {model}/{source} on {target}")
-    missing = unavailable_rows(configs, scored, checked.frame, f"probe_predictions {model}/{source} on {target}",
+                         target_labels, f"probe {model}/{source} on {dataset}")
+    checked = finite_scores(scored, f"probe {model}/{source} on {dataset}")
+    missing = unavailable_rows(configs, scored, checked.frame, f"probe_predictions {model}/{source} on {dataset}",
                                trained.skipped)
-    part = finish(checked.frame, dataset=target, model=model, interface=spec.interface, method=PROBE_METHOD,
-                  **lineage, run_id=context.run_id)
-    return ([part] if len(part) else []), [{**row, **lineage} for row in missing]
+    part = finish(checked.frame, dataset=dataset, model=model, interface=spec.interface, method=PROBE_METHOD,
+                  **row_lineage, run_id=context.run_id)
+    return ([part] if len(part) else []), [{**row, **row_lineage} for row in missing], inputs
+
+
+def _cross_unusable(model, source, dataset, probes, embeddings, labels_stamp, present: bool) -> str | None:
+    """Why B's embeddings cannot be scored by A's probes: not materialised, from other labels than B's current
+    ones, or from other weights than those the probes were fit on."""
+    name = f"image_embeddings {model}/{dataset}"
+    if not present:
+        return _not_materialised("image_embeddings", model, dataset)
+    if embeddings is None:
+        return f"{name} was written without lineage (by an earlier version): rematerialise it"
+    used, current = lineage.fact(embeddings, "inputs", "labels", "version"), lineage.fact(labels_stamp, "version")
+    if used != current:
+        return (f"{name} was computed from labels version {used}, but the labels of {dataset} are now version "
+                f"{current}: rematerialise it")
+    fit_on = (_model_of(probes) or {}).get("weights_sha256")
+    scored_with = (_model_of(embeddings) or {}).get("weights_sha256")
+    if fit_on != scored_with:
+        return (f"the probes of {model} on {source} were fit on embeddings of weights {fit_on}, {name} comes from "
+                f"weights {scored_with}: rematerialise the older of the two")
+    return None
 
 
 def _no_scores() -> pd.DataFrame:

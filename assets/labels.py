@@ -5,7 +5,9 @@ import dagster as dg
 from assets.automation import GATED_EAGER
 from assets.partitions import MLLMS, Registered
 from checks.labels import build_label_checks
+from focus_dagster import lineage
 from focus_dagster.labels import LabelResult, harmonise
+from focus_dagster.version import code_version
 from resources import DatasetRoots, FocusStorage, layout
 
 LABEL_GROUP = "labels"
@@ -57,22 +59,34 @@ def _label_assets(partitions: dg.StaticPartitionsDefinition) -> dg.AssetsDefinit
     )
     def harmonise_labels(context: dg.AssetExecutionContext, datasets: DatasetRoots, storage: FocusStorage):
         key = context.partition_key
-        records = storage.read_records(key)
-        quarantine = storage.read_partition(layout.QUARANTINE, key)
+        # The records, their quarantine and the stamp saying which release they were read from, as one snapshot.
+        (records, quarantine), read = storage.read_stamped(
+            [(layout.records_table(key), None), (layout.QUARANTINE, key)], "dataset_records", key)
         result = harmonise(
             key, records, quarantine, root=datasets.root(key), splits_dir=datasets.config.splits_dir,
             seed=datasets.config.split_seed,
         )
-        storage.replace_partition(layout.LABELS, key, result.labels)
-        storage.replace_partition(layout.LABEL_REJECTS, key, result.rejects)
-        # Steps that must not open DuckDB while they compute (the GPU ones) read this copy instead.
-        export, export_sha = storage.write_parquet(layout.labels_file(key), result.labels)
+        stamp = labels_stamp(result, key, context.run_id, read)
+        storage.replace_partitions([(layout.LABELS, key, result.labels), (layout.LABEL_REJECTS, key, result.rejects)],
+                                   stamp=stamp)
+        # Steps that must not open DuckDB while they compute (the GPU ones) read this copy, stamp included.
+        export, export_sha = storage.write_parquet(layout.labels_file(key), result.labels, stamp)
         context.log.info(result.accounting_line())
-        metadata = labels_metadata(result) | {"export": dg.MetadataValue.path(str(export)), "export_sha256": export_sha}
+        metadata = labels_metadata(result) | {"export": dg.MetadataValue.path(str(export)), "export_sha256": export_sha,
+                                              "labels_version": stamp["version"],
+                                              "release_version": lineage.fact(read, "inputs", "release", "version")}
         yield dg.MaterializeResult(asset_key="harmonised_labels", metadata=metadata)
         yield dg.MaterializeResult(asset_key="label_rejects", metadata=rejects_metadata(result))
 
     return harmonise_labels
+
+
+def labels_stamp(result: LabelResult, dataset: str, run_id: str, records: dict | None) -> dict:
+    """The labels' lineage: their content version, the rule and split that made them, the records' stamp."""
+    return lineage.stamp("harmonised_labels", dataset, run_id, lineage.frame_version(result.labels),
+                         code_version=code_version(), inputs={"records": records}, label_rule=result.rule.id,
+                         split_method=result.split_method, split_source=result.split_source or "",
+                         rows_rejected=len(result.rejects))
 
 
 def labels_metadata(result: LabelResult) -> dict:

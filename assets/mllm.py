@@ -13,14 +13,17 @@ from assets.models import (
     checkpoint_audit_result,
     checkpoint_audit_spec,
     image_files,
+    model_output_stamp,
     model_run_metadata,
 )
 from assets.partitions import BY_DATASET, MLLMS, Registered, model_and_dataset
 from checks.conditions import WITH_ITS_ASSET
+from focus_dagster import lineage
 from focus_dagster.labels import TASKS, defined_tasks
 from focus_dagster.labels.rules import rule_for
 from focus_dagster.models.spec import CheckpointError
 from focus_dagster.questions import QuestionBook, find_leaks, unknown_fields
+from focus_dagster.version import code_version
 from resources import DatasetRoots, FocusStorage, ModelHub, layout
 
 TOKEN_PROBABILITIES_JOB = "focus_token_probabilities"
@@ -83,7 +86,7 @@ def _questions_asset(datasets: dg.StaticPartitionsDefinition, book: QuestionBook
     )
     def yes_no_questions(context: dg.AssetExecutionContext, storage: FocusStorage):
         dataset = context.partition_key
-        labels = storage.read_labels(dataset)
+        labels, labels_stamp = storage.read_stamped_labels(dataset)
         questions = book.for_dataset(dataset, defined_tasks(labels))
         rows = _context_rows(storage, dataset, labels, questions)
         leaks = [leak for q in questions for leak in find_leaks(q, rule_for(dataset), rows)]
@@ -93,7 +96,10 @@ def _questions_asset(datasets: dg.StaticPartitionsDefinition, book: QuestionBook
             for image_id, row in zip(rows["image_id"], rows.to_dict("records")) for q in questions
         ], columns=["image_id", "task", "question_id", "question", "leak"])
         # The verdict travels with the questions: token_probabilities refuses a file that records a leak.
-        path, sha = storage.write_parquet(layout.questions_file(dataset), rendered)
+        stamp = lineage.stamp("yes_no_questions", dataset, context.run_id, lineage.frame_version(rendered),
+                              code_version=code_version(), inputs={"labels": labels_stamp},
+                              questions_version=book.version, leaks=len(leaks))
+        path, sha = storage.write_parquet(layout.questions_file(dataset), rendered, stamp)
         yield dg.MaterializeResult(metadata={
             "dagster/row_count": len(rendered),
             "questions_version": book.version,
@@ -153,8 +159,8 @@ def _token_probabilities_asset(partitions: dg.MultiPartitionsDefinition, book: Q
         from focus_dagster.inference.yes_no import probabilities_frame, yes_no_scorer
 
         model_id, dataset = model_and_dataset(context)
-        labels = storage.read_labels(dataset)
-        asked = storage.read_parquet(layout.questions_file(dataset))
+        labels, labels_stamp = storage.read_stamped_labels(dataset)
+        asked, questions_stamp = storage.read_stamped_parquet(layout.questions_file(dataset))
         tasks = _checked_tasks(asked, dataset, book)
         device = pick_device()
         try:
@@ -174,7 +180,9 @@ def _token_probabilities_asset(partitions: dg.MultiPartitionsDefinition, book: Q
             device=device, progress=context.log.info, pass_ids=True,
         )
         frame = probabilities_frame(run.image_ids, run.outputs, tasks, asked, mllm.processor.tokenizer)
-        path, sha = storage.write_parquet(layout.TOKEN_PROBABILITIES.file(model_id, dataset), frame)
+        stamp = model_output_stamp("token_probabilities", model_id, dataset, context.run_id, frame, mllm,
+                                   labels=labels_stamp, questions=questions_stamp, answer_tokens=config.answer_tokens)
+        path, sha = storage.write_parquet(layout.TOKEN_PROBABILITIES.file(model_id, dataset), frame, stamp)
         quarantine = pd.DataFrame(sorted(run.failed.items()), columns=["image_id", "reason"])
         storage.write_parquet(layout.TOKEN_PROBABILITIES.quarantine(model_id, dataset), quarantine)
         yield dg.MaterializeResult(metadata=_probability_metadata(mllm, run, frame, dataset, book, path, sha))

@@ -13,8 +13,10 @@ from assets.partitions import (
     model_and_dataset,
 )
 from checks.conditions import WITH_ITS_ASSET
+from focus_dagster import lineage
 from focus_dagster.labels import defined_tasks
 from focus_dagster.models.spec import CheckpointError
+from focus_dagster.version import code_version
 from resources import DatasetRoots, FocusStorage, ModelHub, layout
 
 MODEL_GROUP = "models"
@@ -72,7 +74,7 @@ def _embeddings_asset(partitions: dg.MultiPartitionsDefinition):
         from focus_dagster.inference.engine import pick_device, run_fingerprint, run_on_images
 
         model_id, dataset = model_and_dataset(context)
-        labels = storage.read_labels(dataset)
+        labels, labels_stamp = storage.read_stamped_labels(dataset)
         device = pick_device()
         try:
             encoder = models.load(model_id, device)
@@ -86,8 +88,11 @@ def _embeddings_asset(partitions: dg.MultiPartitionsDefinition):
             device=device, progress=context.log.info,
         )
         frame = pd.DataFrame({"image_id": run.image_ids, "embedding": list(run.outputs)})
-        path, sha = storage.write_parquet(layout.EMBEDDINGS.file(model_id, dataset), frame)
-        yield dg.MaterializeResult(metadata=_embedding_metadata(encoder, run, dataset, path, sha))
+        stamp = model_output_stamp("image_embeddings", model_id, dataset, context.run_id, frame, encoder,
+                                   labels=labels_stamp)
+        path, sha = storage.write_parquet(layout.EMBEDDINGS.file(model_id, dataset), frame, stamp)
+        yield dg.MaterializeResult(metadata=_embedding_metadata(encoder, run, dataset, path, sha)
+                                   | {"lineage_version": stamp["version"]})
         yield checkpoint_audit_result(encoder.report)
 
     return image_embeddings
@@ -110,12 +115,14 @@ def _zero_shot_asset(partitions: dg.MultiPartitionsDefinition):
         from focus_dagster.prompts import PROMPTS_VERSION
 
         model_id, dataset = model_and_dataset(context)
-        labels = storage.read_labels(dataset)
-        embeddings = storage.read_parquet(layout.EMBEDDINGS.file(model_id, dataset))
+        labels, labels_stamp = storage.read_stamped_labels(dataset)
+        embeddings, embeddings_stamp = storage.read_stamped_parquet(layout.EMBEDDINGS.file(model_id, dataset))
         encoder = models.load(model_id, "cpu")
         frame = zero_shot_frame(encoder, embeddings, defined_tasks(labels), dataset)
         key = layout.model_dataset_row_key(model_id, dataset)
-        storage.replace_partition(layout.ZERO_SHOT, key, frame.assign(partition=key))
+        stamp = model_output_stamp("zero_shot_scores", model_id, dataset, context.run_id, frame, encoder,
+                                   labels=labels_stamp, embeddings=embeddings_stamp, prompts_version=PROMPTS_VERSION)
+        storage.replace_partition(layout.ZERO_SHOT, key, frame.assign(partition=key), stamp=stamp)
         return dg.MaterializeResult(metadata={
             "dagster/row_count": len(frame),
             "tasks": sorted(frame["task"].unique().tolist()) if len(frame) else [],
@@ -125,6 +132,18 @@ def _zero_shot_asset(partitions: dg.MultiPartitionsDefinition):
         })
 
     return zero_shot_scores
+
+
+def model_output_stamp(asset: str, model_id: str, dataset: str, run_id: str, frame: pd.DataFrame, loaded,
+                       **inputs) -> dict:
+    """The lineage of a model output: its content version, the model that computed it (id, revision, snapshot,
+    weights hash and file signature, audit), and the stamps of the inputs it read (keyword arguments that are
+    not stamps, such as a prompts version, are kept as facts)."""
+    stamps = {name: value for name, value in inputs.items() if isinstance(value, dict) or value is None}
+    facts = {name: value for name, value in inputs.items() if name not in stamps}
+    return lineage.stamp(asset, layout.model_dataset_row_key(model_id, dataset), run_id, lineage.frame_version(frame),
+                         code_version=code_version(), inputs=stamps,
+                         model=lineage.model_facts(loaded.spec, loaded.report), **facts)
 
 
 def image_files(datasets: DatasetRoots, dataset: str, labels: pd.DataFrame) -> list[tuple[str, str]]:

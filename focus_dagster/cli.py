@@ -76,11 +76,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     trace = sub.add_parser("trace", help="the lineage of one number: metric row -> predictions -> model -> labels -> files")
     trace.add_argument("metric_id", help="a metric id (leaderboard, metrics.values)")
-    trace.add_argument("--json", action="store_true", help="machine-readable output")
+    trace.add_argument("--json", action="store_true", help="machine-readable output (schema: README, `focus trace`)")
+    trace.add_argument("--runs", action="store_true", help="add each run's job and status from the Dagster instance")
     trace.set_defaults(run=cmd_trace)
 
     datasets = sub.add_parser("datasets", help="list the datasets and where each is read from")
     datasets.set_defaults(run=cmd_datasets)
+
+    recover = sub.add_parser("recover", help="fail the runs whose process is gone and free the pool slots they hold "
+                             "(what run monitoring does while the daemon runs)")
+    recover.set_defaults(run=cmd_recover)
 
     ui = sub.add_parser("ui", help=f"start the Dagster UI on http://{UI_HOST}:{UI_PORT}")
     ui.add_argument("--port", type=int, default=UI_PORT)
@@ -195,6 +200,21 @@ def cmd_demo(args) -> int:
     return run_demo()
 
 
+def cmd_recover(args) -> int:
+    import dagster as dg
+
+    from focus_dagster.config import load_config
+    from focus_dagster.recovery import recover_dead_runs
+
+    home = prepare_dagster_home(load_config())
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        lines = recover_dead_runs(instance)
+    for line in lines:
+        print(line)
+    print(f"instance {home}: " + (f"{len(lines)} run(s) recovered" if lines else "no dead run, no slot held by a finished run"))
+    return 0
+
+
 def cmd_ui(args) -> int:
     from focus_dagster.config import load_config
 
@@ -218,7 +238,7 @@ def cmd_trace(args) -> int:
     from focus_dagster.trace import format_trace, trace
 
     config = load_config()
-    result = trace(args.metric_id, config, prepare_dagster_home(config))
+    result = trace(args.metric_id, config, prepare_dagster_home(config) if args.runs else None, runs=args.runs)
     print(json.dumps(result, indent=2, default=str) if args.json else format_trace(result))
     return 0
 

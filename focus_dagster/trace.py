@@ -1,61 +1,265 @@
-"""`focus trace METRIC_ID`: the chain behind one number, from the metric row back to the files on disk.
+"""`focus trace METRIC_ID`: what one number stands on, as recorded when it was computed, and what is newer now.
 
-Like `demo.py`, this is wiring: it reads the metric row from DuckDB (read-only, so a running UI is not
-disturbed) and walks the Dagster instance's event log upstream, one link per asset:
+Every step writes, with its output, the lineage stamp of what it read (focus_dagster/lineage.py), so the chain
+behind a metric row is in the data, not in the instance's event log:
 
-    metric row                              the value, its interval, the run that computed it
-    predictions partition                   the run that assembled the per-sample rows, their content version
-    model output partition                  probe / zero-shot / yes-no run, weights hash, checkpoint audit
-    labels partition                        the label rule id and split method used
-    dataset release                         fingerprint (data version) and the root folder it was read from
+    metric row            -> the predictions it was computed from (lineage_id: table lineage.stamps)
+    predictions           -> the model output and the labels the step read
+    model output          -> embeddings / questions, labels, and the model weights (id, revision, snapshot, hash)
+    harmonised_labels     -> the records (and the label rule, the split)
+    dataset_records       -> the release fingerprint the records were read from, and its root
 
-Each link says whether the instance's latest event is still the one the number was computed from (a
-newer one means the number is stale until the metrics are rematerialised).
+A cross-dataset row has both chains: the probes' (the training dataset's embeddings, labels, records, release)
+and the evaluated dataset's. Each link is then compared with what is there now: an input rewritten with other
+content (a newer version in `lineage.current` or in its Parquet file's stamp), a release observed with another
+fingerprint, a weights file changed on disk. A link is `stale` when one of its inputs changed, or an input
+itself is stale; `changed` says what. Only DuckDB (read-only, so a running UI is not disturbed) and the files
+are read, so the command answers in well under a second; `--runs` adds each run's job and status from the
+Dagster instance.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+from focus_dagster import lineage
 from focus_dagster.errors import FocusError
-from focus_dagster.instance import latest_materialization, latest_observation
+from focus_dagster.instance import UI_HOST, UI_PORT
 from resources import layout
+
+SCHEMA_VERSION = 1
+# Facts shown per link (the rest of a stamp's facts stays in lineage.stamps).
+_MODEL_FACTS = ("id", "source", "revision", "snapshot", "weights_sha256", "weights_path", "audit_clean")
 
 
 class TraceError(FocusError):
     """A metric id that cannot be traced (unknown id, no metric table, database busy)."""
 
 
-def trace(metric_id: str, config, dagster_home=None) -> dict[str, Any]:
-    """The lineage chain of `metric_id` as a dict (what `--json` prints)."""
-    import dagster as dg
-
-    row = _metric_row(metric_id, config)
-    with dg.DagsterInstance.from_config(str(dagster_home or config.dagster_home)) as instance:
-        chain = [_metric_link(row, instance)]
-        chain.append(_predictions_link(row, instance))
-        chain += _model_links(row, instance)
-        chain.append(_labels_link(row, instance))
-        chain.append(_release_link(row, instance))
-    return {"metric_id": metric_id, "value": row["value"], "ci": [row["ci_low"], row["ci_high"]], "chain": chain}
-
-
-def _metric_row(metric_id: str, config) -> dict:
+def trace(metric_id: str, config, dagster_home=None, runs: bool = False) -> dict[str, Any]:
+    """The recorded chain of `metric_id` and what changed upstream since (what `--json` prints)."""
     import duckdb
 
     if not config.database.exists():
         raise TraceError(f"no metric tables yet at {config.database}: run `make demo` or materialise `metrics`.")
     try:
         with duckdb.connect(str(config.database), read_only=True) as con:
-            rows = con.execute(f"SELECT * FROM {layout.METRICS} WHERE metric_id = ?", [metric_id]).df()
+            state = _State(con, Path(config.artifacts))
+            row = state.metric_row(metric_id)
+            result = _Walk(state).chain(row)
     except duckdb.Error as exc:
         raise TraceError(f"cannot read {config.database} ({exc}); if `dagster dev` is writing to it, try again "
                          "when its runs have finished.") from exc
-    if rows.empty:
-        raise TraceError(f"metric id {metric_id!r} is not in {layout.METRICS} ({config.database}); ids are shown in "
-                         "the leaderboard and in every metric row.")
-    return {k: (None if _missing(v) else v) for k, v in rows.iloc[0].to_dict().items()}
+    if runs:
+        _add_run_details(result["links"], dagster_home or config.dagster_home)
+    return {"schema": SCHEMA_VERSION, "metric_id": metric_id, "value": row["value"], "ci": [row["ci_low"], row["ci_high"]],
+            "reason": row.get("reason"), "stale": any(link["stale"] for link in result["links"]), **result}
+
+
+class _State:
+    """What the chain is compared with: the current stamps in DuckDB and in the artifact files, the latest
+    release observations and the weights files on disk."""
+
+    def __init__(self, con, artifacts: Path):
+        self.con, self.artifacts = con, artifacts
+
+    def metric_row(self, metric_id: str) -> dict:
+        if not self._has(layout.METRICS):
+            raise TraceError(f"no metric table yet in {self.con}: materialise `metrics`.")
+        found = self.con.execute(f"SELECT * FROM {layout.METRICS} WHERE metric_id = ?", [metric_id])
+        names = [d[0] for d in found.description]
+        rows = found.fetchall()
+        if not rows:
+            raise TraceError(f"metric id {metric_id!r} is not in {layout.METRICS}; ids are shown in the leaderboard "
+                             "and in every metric row.")
+        return {name: (None if _missing(value) else value) for name, value in zip(names, rows[0])}
+
+    def stamp(self, stamp_id: str | None) -> dict | None:
+        if not stamp_id or not self._has(layout.STAMPS):
+            return None
+        row = self.con.execute(f"SELECT stamp FROM {layout.STAMPS} WHERE stamp_id = ?", [stamp_id]).fetchone()
+        return lineage.loads(row[0]) if row else None
+
+    def current(self, asset: str, partition: str) -> dict | None:
+        """The stamp of what `asset`/`partition` holds now (None when it has none)."""
+        if asset == "dataset_release":
+            return self._json(layout.release_file(partition))
+        artifact = _artifact_of(asset, partition)
+        if artifact is not None:
+            return self._parquet_stamp(artifact)
+        if not self._has(layout.CURRENT):
+            return None
+        row = self.con.execute(f"SELECT s.stamp FROM {layout.CURRENT} c JOIN {layout.STAMPS} s USING (stamp_id) "
+                               "WHERE c.asset = ? AND c.partition = ?", [asset, partition or ""]).fetchone()
+        return lineage.loads(row[0]) if row else None
+
+    def _json(self, rel: str) -> dict | None:
+        path = self.artifacts / rel
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def _parquet_stamp(self, rel: str) -> dict | None:
+        path = self.artifacts / rel
+        if not path.exists():
+            return None
+        row = self.con.execute("SELECT value FROM parquet_kv_metadata(?) WHERE decode(key) = ?",
+                               [str(path), lineage.PARQUET_KEY.decode()]).fetchone()
+        return lineage.loads(row[0]) if row else None
+
+    def _has(self, table) -> bool:
+        return bool(self.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND "
+                                     "table_name = ?", [table.schema, table.name]).fetchone()[0])
+
+
+def _artifact_of(asset: str, partition: str) -> str | None:
+    """The Parquet file whose stamp says what an artifact asset partition holds now."""
+    if asset == "yes_no_questions":
+        return layout.questions_file(partition)
+    files = {"image_embeddings": layout.EMBEDDINGS, "probe_predictions": layout.PROBE_SCORES,
+             "token_probabilities": layout.TOKEN_PROBABILITIES}.get(asset)
+    return files.file(*partition.split("|", 1)) if files else None
+
+
+class _Walk:
+    """Turns the recorded stamp tree into a list of links, each compared with the current state."""
+
+    def __init__(self, state: _State):
+        self.state = state
+        self.links: dict[str, dict] = {}
+
+    def chain(self, row: dict) -> dict:
+        recorded = self.state.stamp(row.get("lineage_id"))
+        cross = row["partition"] == layout.CROSS_PARTITION
+        asset = "cross_dataset_metrics" if cross else "metrics"
+        metric = {"id": f"metric:{row['metric_id']}", "link": "metric", "asset": asset, "partition": row["partition"],
+                  "version": None, "run": _run(row.get("run_id")),
+                  "recorded": {k: row.get(k) for k in ("model", "dataset", "task", "method", "train_dataset", "axis",
+                                                       "metric", "group", "value", "ci_low", "ci_high", "n", "n_pos",
+                                                       "reason", "predictions_version", "weights_sha256",
+                                                       "model_revision", "model_snapshot", "code_version")},
+                  "inputs": [], "changed": [], "stale": False}
+        self.links[metric["id"]] = metric
+        if recorded is None:
+            metric["changed"].append("this row was written without a lineage stamp (by an earlier version): "
+                                     f"rematerialise {asset} to record what it stands on")
+            metric["stale"] = True
+        else:
+            metric["inputs"] = [self._visit(recorded)]
+            now = self.state.current(recorded["asset"], recorded["partition"])
+            self._compare(metric, recorded, now)
+            metric["stale"] = bool(metric["changed"]) or self.links[metric["inputs"][0]]["stale"]
+        return {"links": list(self.links.values())}
+
+    def _visit(self, stamp: dict) -> str:
+        """Add the link of one recorded stamp (and, depth first, of its inputs); returns its id."""
+        link_id = self._id(stamp)
+        if link_id in self.links:
+            return link_id
+        link = {"id": link_id, "link": _kind(stamp["asset"]), "asset": stamp["asset"], "partition": stamp["partition"],
+                "version": stamp.get("version"), "run": _run(stamp.get("run_id")),
+                "recorded": {"code_version": stamp.get("code_version"), **_shown_facts(stamp)},
+                "inputs": [], "changed": [], "stale": False}
+        self.links[link_id] = link
+        for name, child in sorted((stamp.get("inputs") or {}).items()):
+            if child is None:
+                link["changed"].append(f"its {name} input was read without a lineage stamp (an earlier version "
+                                       "wrote it): rematerialise that input and this asset")
+                continue
+            link["inputs"].append(self._visit(child))
+            self._compare(link, child, self.state.current(child["asset"], child["partition"]))
+        model = lineage.fact(stamp, "facts", "model")
+        if model:
+            link["inputs"].append(self._weights_link(model, link))
+        link["stale"] = bool(link["changed"]) or any(self.links[i]["stale"] for i in link["inputs"])
+        return link_id
+
+    def _id(self, stamp: dict) -> str:
+        base = f"{stamp['asset']}[{stamp['partition']}]"
+        link_id, n = base, 1
+        while link_id in self.links and self.links[link_id]["version"] != stamp.get("version"):
+            n += 1
+            link_id = f"{base}#{n}"
+        return link_id
+
+    def _compare(self, link: dict, read: dict, now: dict | None) -> None:
+        """Note in `link` what changed in an input since it was read (`read`: the stamp recorded, `now`: current)."""
+        name = f"{read['asset']}[{read['partition']}]"
+        if now is None and read["asset"] == "dataset_release":
+            return  # never observed (records materialised by hand): nothing newer is known
+        if now is None:
+            link["changed"].append(f"{name} holds nothing now (deleted, or its last write failed)")
+        elif now.get("version") != read.get("version"):
+            verb = "observed" if read["asset"] == "dataset_release" else "rewritten"
+            link["changed"].append(f"{name} was {verb} with other content since: version {now.get('version')} "
+                                   f"(run {now.get('run_id')}); this read version {read.get('version')}")
+
+    def _weights_link(self, model: dict, reader: dict) -> str:
+        link_id = f"weights[{model.get('id')}]"
+        change = _weights_change(model)
+        if change:
+            reader["changed"].append(change)
+        if link_id not in self.links:
+            self.links[link_id] = {"id": link_id, "link": "weights", "asset": "model weights", "partition": model.get("id"),
+                                   "version": model.get("weights_sha256"), "run": None,
+                                   "recorded": {k: model.get(k) for k in _MODEL_FACTS}, "inputs": [], "changed": [],
+                                   "stale": False}
+        return link_id
+
+
+def _weights_change(model: dict) -> str | None:
+    """What changed in a model's weights file since a step read it, or None. The file's size and modification
+    time are compared first; only when they differ is the file hashed again (a touched file is not a new one)."""
+    path = model.get("weights_path")
+    if not path:
+        return None
+    signature = lineage.file_signature(Path(path))
+    if all(signature.get(k) == model.get(k) for k in ("weights_bytes", "weights_mtime_ns")):
+        return None
+    if signature.get("weights_bytes") is None:
+        return f"the weights of {model.get('id')} at {path} are gone (removed or moved since they were read)"
+    from focus_dagster.files import file_sha256
+
+    now = file_sha256(Path(path))
+    if now == model.get("weights_sha256"):
+        return None
+    return (f"the weights of {model.get('id')} at {path} changed on disk since they were read: sha256 {now}; this "
+            f"read {model.get('weights_sha256')}")
+
+
+def _kind(asset: str) -> str:
+    return {"predictions": "predictions", "cross_dataset_metrics": "predictions", "harmonised_labels": "labels",
+            "dataset_records": "records", "dataset_release": "dataset release",
+            "yes_no_questions": "questions"}.get(asset, "model output")
+
+
+def _shown_facts(stamp: dict) -> dict:
+    facts = dict(stamp.get("facts") or {})
+    facts.pop("model", None)
+    return facts
+
+
+def _run(run_id: str | None) -> dict | None:
+    if not run_id:
+        return None
+    return {"run_id": run_id, "ui": f"http://{UI_HOST}:{UI_PORT}/runs/{run_id}"}
+
+
+def _add_run_details(links: list[dict], dagster_home) -> None:
+    """Job, status and times of every run in the chain, from the Dagster instance (slower: imports Dagster)."""
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        for link in links:
+            run = link.get("run")
+            if not run:
+                continue
+            found = instance.get_run_by_id(run["run_id"])
+            if found is None:
+                run["status"] = "not in this instance"
+                continue
+            stats = instance.get_run_stats(run["run_id"])
+            run.update(job=found.job_name, status=found.status.value, started=stats.start_time, ended=stats.end_time)
 
 
 def _missing(value) -> bool:
@@ -65,105 +269,39 @@ def _missing(value) -> bool:
         return False
 
 
-def _latest(instance, asset: str, partition: str | None, observation: bool = False) -> dict:
-    """The latest materialisation (or observation) of an asset partition as plain data; {} when there is none."""
-    produced = (latest_observation if observation else latest_materialization)(instance, asset, partition)
-    if produced is None:
-        return {}
-    return {"run_id": produced.run_id, "data_version": produced.data_version, "metadata": produced.metadata}
-
-
-def _run(instance, run_id: str | None) -> dict:
-    if not run_id:
-        return {}
-    run = instance.get_run_by_id(run_id)
-    if run is None:
-        return {"run_id": run_id, "status": "not in this instance"}
-    stats = instance.get_run_stats(run_id)
-    return {"run_id": run_id, "job": run.job_name, "status": run.status.value,
-            "started": stats.start_time, "ended": stats.end_time}
-
-
-def _metric_link(row: dict, instance) -> dict:
-    fields = ("model", "dataset", "task", "method", "train_dataset", "axis", "metric", "group", "value", "ci_low",
-              "ci_high", "n", "n_pos", "reason", "code_version")
-    return {"link": "metric", "asset": "cross_dataset_metrics" if _is_cross(row) else "metrics",
-            "partition": row["partition"], **{k: row.get(k) for k in fields}, "run": _run(instance, row["run_id"])}
-
-
-def _predictions_link(row: dict, instance) -> dict:
-    asset = "cross_dataset_metrics" if _is_cross(row) else "predictions"
-    latest = _latest(instance, asset, None if _is_cross(row) else row["dataset"])
-    return {"link": "predictions", "asset": asset, "partition": row["partition"],
-            "predictions_version": row.get("predictions_version"), "run": _run(instance, row.get("predictions_run_id")),
-            "current": bool(latest) and latest["run_id"] == row.get("predictions_run_id")}
-
-
-def _is_cross(row: dict) -> bool:
-    return row["partition"] == layout.CROSS_PARTITION
-
-
-def _model_links(row: dict, instance) -> list[dict]:
-    """The model output the predictions came from, and for probes the embeddings under them."""
-    dataset = row.get("train_dataset") or row["dataset"]
-    links = []
-    for asset in _model_assets(row):
-        partition = dataset if asset == "yes_no_questions" else str(layout.model_dataset_key(row["model"], dataset))
-        latest = _latest(instance, asset, partition)
-        meta = latest.get("metadata", {})
-        audit = meta.get("checkpoint_audit") if isinstance(meta.get("checkpoint_audit"), dict) else {}
-        links.append({
-            "link": "model output", "asset": asset, "partition": partition,
-            "run": _run(instance, latest.get("run_id")),
-            "weights_sha256": meta.get("weights_sha256") or audit.get("weights_sha256"),
-            "checkpoint_audit": {k: audit.get(k) for k in ("clean", "matched", "model_tensors", "missing_count",
-                                                             "unexpected_count", "checkpoint") if k in audit},
-            "model_source": meta.get("model_source"),
-            "current": bool(latest) and (asset != row.get("source_asset") or latest["run_id"] == row.get("source_run_id")),
-        })
-    return links
-
-
-def _model_assets(row: dict) -> list[str]:
-    if row["method"] == "linear_probe":
-        return ["probe_predictions", "image_embeddings"]
-    if row["method"] == "zero_shot":
-        return ["zero_shot_scores", "image_embeddings"]
-    return ["token_probabilities", "yes_no_questions"] if row["method"] == "yes_no" else []
-
-
-def _labels_link(row: dict, instance) -> dict:
-    latest = _latest(instance, "harmonised_labels", row["dataset"])
-    meta = latest.get("metadata", {})
-    version = meta.get("export_sha256") or latest.get("data_version")
-    return {"link": "labels", "asset": "harmonised_labels", "partition": row["dataset"],
-            "label_rule": meta.get("label_rule"), "split_method": meta.get("split_method"),
-            "labels_version": row.get("labels_version"), "run": _run(instance, latest.get("run_id")),
-            "current": version == row.get("labels_version")}
-
-
-def _release_link(row: dict, instance) -> dict:
-    latest = _latest(instance, "dataset_release", row["dataset"], observation=True)
-    meta = latest.get("metadata", {})
-    return {"link": "dataset release", "asset": "dataset_release", "partition": row["dataset"],
-            "fingerprint": latest.get("data_version"), "root": meta.get("root"), "label_files": meta.get("label_files"),
-            "images": meta.get("images"), "release_version": row.get("release_version"),
-            "current": latest.get("data_version") == row.get("release_version")}
-
-
 def format_trace(result: dict) -> str:
-    """The chain as indented text, one block per link."""
+    """The chain as an indented tree, one block per link, stale links marked with what changed."""
+    links = {link["id"]: link for link in result["links"]}
     lines = [f"{result['metric_id']}: value {_fmt(result['value'])} (95% CI {_fmt(result['ci'][0])} to "
-             f"{_fmt(result['ci'][1])})"]
-    for link in result["chain"]:
-        state = "" if link.get("current", True) else "  [STALE: a newer event exists upstream]"
-        lines.append(f"  <- {link['link']}: {link['asset']} [{link['partition']}]{state}")
-        for key, value in link.items():
-            if key in ("link", "asset", "partition", "current") or value in (None, {}, [], ""):
-                continue
-            if key == "run":
-                value = f"{value.get('run_id')} ({value.get('job', '?')}, {value.get('status', '?')})"
-            lines.append(f"       {key}: {json.dumps(value, default=str) if isinstance(value, (dict, list)) else value}")
+             f"{_fmt(result['ci'][1])})" + ("  [STALE]" if result["stale"] else "")]
+    if result.get("reason"):
+        lines.append(f"  reason: {result['reason']}")
+    shown: set[str] = set()
+
+    def show(link_id: str, depth: int) -> None:
+        link = links[link_id]
+        pad = "  " + "   " * depth
+        state = "  [STALE]" if link["stale"] else ""
+        if link_id in shown:
+            lines.append(f"{pad}<- {link_id} (shown above){state}")
+            return
+        shown.add(link_id)
+        version = f"  version {link['version']}" if link.get("version") else ""
+        lines.append(f"{pad}{'<- ' if depth else ''}{link['link']}: {link_id}{version}{state}")
+        if link.get("run"):
+            run = link["run"]
+            extra = f" ({run['job']}, {run['status']})" if run.get("job") else ""
+            lines.append(f"{pad}     run: {run['run_id']}{extra}")
+        for key, value in link["recorded"].items():
+            if value not in (None, {}, [], ""):
+                text = json.dumps(value, default=str) if isinstance(value, (dict, list)) else value
+                lines.append(f"{pad}     {key}: {text}")
+        for change in link["changed"]:
+            lines.append(f"{pad}     CHANGED: {change}")
+        for child in link["inputs"]:
+            show(child, depth + 1)
+
+    show(result["links"][0]["id"], 0)
     return "\n".join(lines)
 
 

@@ -10,8 +10,10 @@ else in the code spells a table name, a path or a key.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import dagster as dg
+if TYPE_CHECKING:  # Dagster is imported where a key is built, so that `focus trace` starts without it.
+    import dagster as dg
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,12 @@ SAMPLES = Table("predictions", "samples", "partition")
 # under CROSS_PARTITION (so the `partition` column, not `dataset`, says which step wrote a row).
 UNAVAILABLE = Table("predictions", "unavailable", "partition")
 METRICS = Table("metrics", "values", "partition")
-TABLES = (QUARANTINE, UNLISTED_IMAGES, LABELS, LABEL_REJECTS, ZERO_SHOT, SAMPLES, UNAVAILABLE, METRICS)
+# Lineage (focus_dagster/lineage.py): every stamp written with a DuckDB partition, by id, and the stamp of what
+# each asset partition holds now, both written in the transaction that writes the data.
+STAMPS = Table("lineage", "stamps")
+CURRENT = Table("lineage", "current")
+TABLES = (QUARANTINE, UNLISTED_IMAGES, LABELS, LABEL_REJECTS, ZERO_SHOT, SAMPLES, UNAVAILABLE, METRICS, STAMPS,
+          CURRENT)
 
 # The partition of the cross-dataset rows in SAMPLES and METRICS (not a dataset).
 CROSS_PARTITION = "cross"
@@ -56,6 +63,11 @@ CROSS_PARTITION = "cross"
 def labels_file(dataset: str) -> str:
     """A Parquet copy of one dataset's rows of LABELS, for steps that must not open DuckDB while they compute."""
     return f"labels/{dataset}.parquet"
+
+
+def release_file(dataset: str) -> str:
+    """The latest observation of a dataset's release (version, root, when), as `dataset_release` recorded it."""
+    return f"releases/{dataset}.json"
 
 
 def questions_file(dataset: str) -> str:
@@ -103,6 +115,8 @@ MODEL, DATASET = "model", "dataset"
 
 def model_dataset_key(model: str, dataset: str) -> dg.MultiPartitionKey:
     """The instance's key of a model output partition."""
+    import dagster as dg
+
     return dg.MultiPartitionKey({MODEL: model, DATASET: dataset})
 
 

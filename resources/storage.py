@@ -16,6 +16,7 @@ import pandas as pd
 from dagster import ConfigurableResource
 from dagster_duckdb import DuckDBResource
 
+from focus_dagster import lineage
 from focus_dagster.files import atomic_path, file_sha256
 from resources import layout
 from resources.layout import Table
@@ -44,44 +45,50 @@ class FocusStorage(ConfigurableResource):
 
     # ------------------------------------------------------------------------------------------- tables
 
-    def replace_table(self, table: Table, frame: pd.DataFrame) -> str:
-        """Replace the whole table with `frame` in one transaction; returns the qualified name."""
-        name = _qualified(table)
-        return self._replace(table, frame, lambda con: [(f"DROP TABLE IF EXISTS {name}", []),
-                                                        (create_table_sql(name, frame), [])])
+    def replace_table(self, table: Table, frame: pd.DataFrame, stamp: dict | None = None) -> str:
+        """Replace the whole table with `frame` in one transaction (with its lineage `stamp`); returns its name."""
+        return self.replace_partitions([(table, None, frame)], stamp)[0]
 
-    def replace_partition(self, table: Table, partition: str, frame: pd.DataFrame) -> str:
+    def replace_partition(self, table: Table, partition: str, frame: pd.DataFrame, stamp: dict | None = None,
+                          stamps: tuple[dict, ...] = ()) -> str:
         """Replace the rows of one partition of a shared table (its `partition_column` equals `partition`).
 
-        A column the frame has and a table written by an earlier version lacks is added first (null in the old
-        rows), so a new column never fails a step on an existing FOCUS_HOME."""
-        name = _qualified(table)
+        `stamp` becomes the current lineage of its asset partition and `stamps` (the lineage rows refer to by
+        `lineage_id`) are kept, all in the transaction that writes the rows. A column the frame has and a table
+        written by an earlier version lacks is added first (null in the old rows), so a new column never fails a
+        step on an existing FOCUS_HOME."""
+        return self.replace_partitions([(table, partition, frame)], stamp, stamps)[0]
 
-        def make_room(con) -> list[tuple[str, list]]:
-            con.execute(create_table_sql(name, frame, if_not_exists=True))
-            present = {row[0] for row in con.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ?",
-                [table.schema, table.name]).fetchall()}
-            added = [(f'ALTER TABLE {name} ADD COLUMN "{column}" {duckdb_type(dtype)}', [])
-                     for column, dtype in frame.dtypes.items() if column not in present]
-            return [*added, (f"DELETE FROM {name} WHERE {_partition_column(table)} = ?", [partition])]
+    def replace_partitions(self, writes: list[tuple[Table, str | None, pd.DataFrame]], stamp: dict | None = None,
+                           stamps: tuple[dict, ...] = ()) -> list[str]:
+        """Several replacements (of one partition each, or of a whole table where the partition is None) and
+        their lineage, in one transaction."""
+        return self._replace([(table, frame, _table_room(table, frame) if partition is None
+                               else _partition_room(table, partition, frame))
+                              for table, partition, frame in writes], stamp, stamps)
 
-        return self._replace(table, frame, make_room)
-
-    def _replace(self, table: Table, frame: pd.DataFrame, make_room) -> str:
-        """In one transaction on one connection: `make_room(con)` runs what it must and returns the statements
-        that clear the rows `frame` replaces; then `frame` is inserted by column name."""
-        name = _qualified(table)
+    def _replace(self, writes: list, stamp: dict | None, stamps: tuple[dict, ...] = ()) -> list[str]:
+        """In one transaction on one connection, for each (table, frame, make_room): `make_room(con)` runs what it
+        must and returns the statements that clear the rows `frame` replaces; then `frame` is inserted by column
+        name. The lineage stamps go in with them."""
         with self.connect() as con:
-            con.execute(f"CREATE SCHEMA IF NOT EXISTS {table.schema}")
-            con.register("incoming", frame)
+            for table, _, _ in writes:
+                con.execute(f"CREATE SCHEMA IF NOT EXISTS {table.schema}")
+            _create_lineage_tables(con)
             con.execute("BEGIN TRANSACTION")
-            for sql, params in make_room(con):
-                con.execute(sql, params)
-            con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM incoming")
+            for table, frame, make_room in writes:
+                for sql, params in make_room(con):
+                    con.execute(sql, params)
+                con.register("incoming", frame)
+                con.execute(f"INSERT INTO {_qualified(table)} BY NAME SELECT * FROM incoming")
+                con.unregister("incoming")
+            for value in (*stamps, *([stamp] if stamp else [])):
+                _keep_stamp(con, value)
+            if stamp:
+                con.execute(f"INSERT OR REPLACE INTO {layout.CURRENT} VALUES (?, ?, ?)",
+                            [stamp["asset"], stamp["partition"] or "", lineage.stamp_id(stamp)])
             con.execute("COMMIT")
-            con.unregister("incoming")
-        return name
+        return [_qualified(table) for table, _, _ in writes]
 
     def read_table(self, table: Table) -> pd.DataFrame:
         return self._select(table)
@@ -92,6 +99,30 @@ class FocusStorage(ConfigurableResource):
 
     def read_records(self, dataset: str) -> pd.DataFrame:
         return self.read_table(layout.records_table(dataset))
+
+    def read_stamped(self, reads: list[tuple[Table, str | None]], asset: str, partition: str
+                     ) -> tuple[list[pd.DataFrame], dict | None]:
+        """Tables (whole, or one partition each) and the current lineage of `asset`/`partition`, read in one
+        transaction: the stamp describes exactly the rows returned, even while another step writes."""
+        with self.connect() as con:
+            _create_lineage_tables(con)
+            con.execute("BEGIN TRANSACTION")
+            frames = [con.execute(*_select_sql(table, partition_key)).df() for table, partition_key in reads]
+            found = _current_stamp(con, asset, partition)
+            con.execute("COMMIT")
+        return frames, found
+
+    def current_stamp(self, asset: str, partition: str) -> dict | None:
+        with self.connect() as con:
+            _create_lineage_tables(con)
+            return _current_stamp(con, asset, partition)
+
+    def stamp(self, stamp_id: str) -> dict | None:
+        """A stamp kept in `lineage.stamps`, by id."""
+        with self.connect() as con:
+            _create_lineage_tables(con)
+            row = con.execute(f"SELECT stamp FROM {layout.STAMPS} WHERE stamp_id = ?", [stamp_id]).fetchone()
+        return lineage.loads(row[0]) if row else None
 
     def _select(self, table: Table, where: str | None = None, params: list | None = None) -> pd.DataFrame:
         query = f"SELECT * FROM {_qualified(table)}" + (f" WHERE {where}" if where else "")
@@ -110,18 +141,90 @@ class FocusStorage(ConfigurableResource):
             write(partial)
         return path, file_sha256(path)
 
-    def write_parquet(self, rel: str, frame: pd.DataFrame) -> tuple[Path, str]:
-        return self.write_artifact(rel, lambda partial: frame.to_parquet(partial, index=False))
+    def write_parquet(self, rel: str, frame: pd.DataFrame, stamp: dict | None = None) -> tuple[Path, str]:
+        """A Parquet artifact, with its lineage stamp in the file's key-value metadata (one atomic rename)."""
+        return self.write_artifact(rel, lambda partial: write_stamped_parquet(partial, frame, stamp))
 
     def read_parquet(self, rel: str) -> pd.DataFrame:
         return pd.read_parquet(self.artifact_path(rel))
+
+    def read_stamped_parquet(self, rel: str) -> tuple[pd.DataFrame, dict | None]:
+        """A Parquet artifact and the stamp written with it (None for a file written without lineage)."""
+        return read_stamped_parquet(self.artifact_path(rel))
 
     def read_labels(self, dataset: str) -> pd.DataFrame:
         """The harmonised labels of one dataset, from the Parquet copy (no DuckDB connection needed)."""
         return self.read_parquet(layout.labels_file(dataset))
 
+    def read_stamped_labels(self, dataset: str) -> tuple[pd.DataFrame, dict | None]:
+        return self.read_stamped_parquet(layout.labels_file(dataset))
+
     def has_labels(self, dataset: str) -> bool:
         return self.artifact_path(layout.labels_file(dataset)).exists()
+
+
+def write_stamped_parquet(path: Path, frame: pd.DataFrame, stamp: dict | None) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    if stamp is not None:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                               lineage.PARQUET_KEY: lineage.dumps(stamp).encode()})
+    pq.write_table(table, path)
+
+
+def read_stamped_parquet(path: Path) -> tuple[pd.DataFrame, dict | None]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    return table.to_pandas(), lineage.loads((table.schema.metadata or {}).get(lineage.PARQUET_KEY))
+
+
+def _table_room(table: Table, frame: pd.DataFrame):
+    name = _qualified(table)
+    return lambda con: [(f"DROP TABLE IF EXISTS {name}", []), (create_table_sql(name, frame), [])]
+
+
+def _partition_room(table: Table, partition: str, frame: pd.DataFrame):
+    name = _qualified(table)
+
+    def make_room(con) -> list[tuple[str, list]]:
+        con.execute(create_table_sql(name, frame, if_not_exists=True))
+        present = {row[0] for row in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ?",
+            [table.schema, table.name]).fetchall()}
+        added = [(f'ALTER TABLE {name} ADD COLUMN "{column}" {duckdb_type(dtype)}', [])
+                 for column, dtype in frame.dtypes.items() if column not in present]
+        return [*added, (f"DELETE FROM {name} WHERE {_partition_column(table)} = ?", [partition])]
+
+    return make_room
+
+
+def _select_sql(table: Table, partition: str | None) -> tuple[str, list]:
+    if partition is None:
+        return f"SELECT * FROM {_qualified(table)}", []
+    return f"SELECT * FROM {_qualified(table)} WHERE {_partition_column(table)} = ?", [partition]
+
+
+def _create_lineage_tables(con) -> None:
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {layout.STAMPS.schema}")
+    con.execute(f"CREATE TABLE IF NOT EXISTS {layout.STAMPS} (stamp_id VARCHAR PRIMARY KEY, asset VARCHAR, "
+                "partition VARCHAR, run_id VARCHAR, version VARCHAR, stamp VARCHAR)")
+    con.execute(f"CREATE TABLE IF NOT EXISTS {layout.CURRENT} (asset VARCHAR, partition VARCHAR, stamp_id VARCHAR, "
+                "PRIMARY KEY (asset, partition))")
+
+
+def _keep_stamp(con, value: dict) -> None:
+    con.execute(f"INSERT OR IGNORE INTO {layout.STAMPS} VALUES (?, ?, ?, ?, ?, ?)",
+                [lineage.stamp_id(value), value["asset"], value["partition"] or "", value["run_id"], value["version"],
+                 lineage.dumps(value)])
+
+
+def _current_stamp(con, asset: str, partition: str) -> dict | None:
+    row = con.execute(f"SELECT s.stamp FROM {layout.CURRENT} c JOIN {layout.STAMPS} s USING (stamp_id) "
+                      "WHERE c.asset = ? AND c.partition = ?", [asset, partition or ""]).fetchone()
+    return lineage.loads(row[0]) if row else None
 
 
 def create_table_sql(name: str, frame: pd.DataFrame, if_not_exists: bool = False) -> str:

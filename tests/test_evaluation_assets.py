@@ -113,26 +113,75 @@ def test_metric_rows_carry_ids_intervals_reasons_and_lineage(world):
 
 
 def test_focus_trace_resolves_a_metric_to_the_files(world, monkeypatch, capsys):
+    import hashlib
+
     from focus_dagster.cli import main
 
-    config, _, _ = world
+    config, _, instance = world
     monkeypatch.setenv("FOCUS_HOME", str(config.home))
     monkeypatch.setenv("FOCUS_CONFIG", "")
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     monkeypatch.setattr("focus_dagster.config.load_config", lambda environ=None: config)
-    row = table(config, "SELECT metric_id FROM metrics.values WHERE method = 'yes_no' AND metric = 'auroc' "
-                        "AND dataset = 'brset' AND task = 'any_dr'")
-    assert main(["trace", row["metric_id"].iloc[0], "--json"]) == 0
+    row = table(config, "SELECT * FROM metrics.values WHERE method = 'yes_no' AND metric = 'auroc' "
+                        "AND dataset = 'brset' AND task = 'any_dr'").iloc[0]
+    assert main(["trace", row["metric_id"], "--json", "--runs"]) == 0
     result = json.loads(capsys.readouterr().out)
-    links = {link["link"] + ":" + link["asset"]: link for link in result["chain"]}
-    assert links["model output:token_probabilities"]["weights_sha256"]
-    assert links["labels:harmonised_labels"]["label_rule"] == "brset.icdr"
-    assert links["dataset release:dataset_release"]["root"].endswith("brset")
-    assert [link["asset"] for link in result["chain"] if not link.get("current", True)] == []
-    assert main(["trace", row["metric_id"].iloc[0]]) == 0
-    assert "<- dataset release: dataset_release [brset]" in capsys.readouterr().out
+    assert result["schema"] == 1 and result["stale"] is False
+    links = {link["id"]: link for link in result["links"]}
+    assert set(links) == {f"metric:{row['metric_id']}", "predictions[brset]", "token_probabilities[tiny_llava|brset]",
+                          "weights[tiny_llava]", "yes_no_questions[brset]", "harmonised_labels[brset]",
+                          "dataset_records[brset]", "dataset_release[brset]"}
+    # Each link's recorded version and run agree with independent sources: the weights file's own hash, the run
+    # the Dagster instance recorded for the model output, the fingerprint the instance observed for the release.
+    weights = links["weights[tiny_llava]"]
+    assert weights["version"] == row["weights_sha256"] == _sha256_of(weights["recorded"]["weights_path"], hashlib)
+    output = links["token_probabilities[tiny_llava|brset]"]
+    produced = instance.fetch_materializations(dg.AssetRecordsFilter(
+        asset_key=dg.AssetKey("token_probabilities"),
+        asset_partitions=[dg.MultiPartitionKey({"model": "tiny_llava", "dataset": "brset"})]), limit=1).records[0]
+    assert output["run"]["run_id"] == produced.run_id == row["source_run_id"]
+    assert output["run"]["status"] == "SUCCESS"
+    assert links["harmonised_labels[brset]"]["recorded"]["label_rule"] == "brset.icdr"
+    assert links["harmonised_labels[brset]"]["version"] == row["labels_version"]
+    release = links["dataset_release[brset]"]
+    observed = instance.fetch_observations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("dataset_release"), asset_partitions=["brset"]), limit=1)
+    assert release["version"] == row["release_version"] == observed.records[0].asset_observation.tags[
+        "dagster/data_version"]
+    assert release["recorded"]["root"].endswith("brset")
+    assert all(link["changed"] == [] for link in result["links"])
+    assert main(["trace", row["metric_id"]]) == 0
+    text = capsys.readouterr().out
+    assert "<- dataset release: dataset_release[brset]" in text and "STALE" not in text
     assert main(["trace", "m-0000000000000000"]) == 2
     assert "not in metrics.values" in capsys.readouterr().err
+
+
+def _sha256_of(path: str, hashlib) -> str:
+    """The hash of a weights file, or of a weights folder as the sha256 of its files' (name, hash) list."""
+    from pathlib import Path
+
+    root = Path(path)
+    if root.is_file():
+        return hashlib.sha256(root.read_bytes()).hexdigest()
+    from focus_dagster.files import file_sha256
+
+    return file_sha256(root)
+
+
+def test_a_cross_dataset_trace_holds_both_chains(world):
+    from focus_dagster.trace import trace
+
+    config, _, _ = world
+    # Any pair will do: one without a number (the probe skipped its task) records its inputs all the same.
+    row = table(config, "SELECT * FROM metrics.values WHERE partition = 'cross' AND metric = 'auroc' AND model = "
+                        "'tiny_vit' ORDER BY value NULLS LAST, metric_id").iloc[0]
+    result = trace(row["metric_id"], config)
+    ids = {link["id"] for link in result["links"]}
+    for dataset in (row["train_dataset"], row["dataset"]):  # the training dataset's chain and the evaluated one's
+        assert {f"harmonised_labels[{dataset}]", f"dataset_records[{dataset}]", f"dataset_release[{dataset}]",
+                f"image_embeddings[tiny_vit|{dataset}]"} <= ids
+    assert f"probe_predictions[tiny_vit|{row['train_dataset']}]" in ids and not result["stale"]
 
 
 METHODS = {"vm": ("linear_probe",), "vlm": ("linear_probe", "zero_shot"), "mllm": ("yes_no",)}
@@ -196,9 +245,10 @@ def test_focus_trace_resolves_an_unavailable_configuration(world):
     row = table(config, "SELECT metric_id, reason FROM metrics.values WHERE model = 'tiny_vit' AND dataset = 'idrid' "
                         "AND task = 'referable_dr' AND partition = 'idrid' AND metric = 'auroc'")
     result = trace(row["metric_id"].iloc[0], config)
-    assert result["value"] is None and result["chain"][0]["reason"] == row["reason"].iloc[0]
-    links = {link["link"]: link for link in result["chain"]}
-    assert links["predictions"]["current"] and links["labels"]["current"] and links["dataset release"]["current"]
+    assert result["value"] is None and result["reason"] == row["reason"].iloc[0]
+    ids = {link["id"] for link in result["links"]}
+    assert {"predictions[idrid]", "probe_predictions[tiny_vit|idrid]", "harmonised_labels[idrid]",
+            "dataset_release[idrid]"} <= ids and not result["stale"]
 
 
 def test_a_blocked_upstream_gives_no_rows_and_a_reason(synth_all, tmp_path):
@@ -262,3 +312,71 @@ def test_changing_one_dataset_refreshes_only_its_partitions_and_the_aggregates(w
 def _fast_config(keys):
     names = {key.to_user_string() for key in keys} & {"metrics", "cross_dataset_metrics"}
     return {"ops": {name: {"config": {"n_resamples": 100}} for name in names}}
+
+
+# ------------------------------------------------------------------------- stale flags, upstream by upstream
+
+
+def _metric(config, **where) -> str:
+    clause = " AND ".join(f"{k} = '{v}'" for k, v in where.items())
+    return table(config, f"SELECT metric_id FROM metrics.values WHERE {clause} AND metric = 'auroc' AND \"group\" = '' "
+                         "ORDER BY value NULLS LAST, metric_id")["metric_id"].iloc[0]
+
+
+def _stale_links(config, metric_id: str) -> set[str]:
+    from focus_dagster.trace import trace
+
+    result = trace(metric_id, config)
+    stale = {link["id"] for link in result["links"] if link["stale"]}
+    assert result["stale"] == bool(stale)
+    return {("metric" if link_id.startswith("metric:") else link_id) for link_id in stale}
+
+
+def test_trace_marks_stale_exactly_the_links_an_upstream_change_reaches(world):
+    """Refresh one upstream at a time, without recomputing what depends on it, and trace numbers on both sides:
+    a new weights file, a new release observed, a label file changed and its data layer rematerialised."""
+    from safetensors.torch import load_file, save_file
+
+    from focus_dagster.trace import trace
+
+    config, defs, instance = world
+    probe_brset = _metric(config, model="tiny_vit", dataset="brset", partition="brset", method="linear_probe")
+    zero_shot_idrid = _metric(config, model="tiny_clip", dataset="idrid", method="zero_shot")
+    yes_no_brset = _metric(config, model="tiny_llava", dataset="brset", method="yes_no")
+    yes_no_papila = _metric(config, model="tiny_llava", dataset="papila", method="yes_no")
+    for metric_id in (probe_brset, zero_shot_idrid, yes_no_brset, yes_no_papila):
+        assert _stale_links(config, metric_id) == set()
+
+    # 1. New weights for tiny_vit (every tensor nudged), nothing recomputed.
+    weights = next(config.model_cache.rglob("tiny_vit-*.safetensors"))
+    tensors = load_file(weights)
+    save_file({name: tensor + 0.01 for name, tensor in tensors.items()}, weights)
+    assert _stale_links(config, probe_brset) == {"metric", "predictions[brset]", "probe_predictions[tiny_vit|brset]",
+                                                 "image_embeddings[tiny_vit|brset]"}
+    assert _stale_links(config, zero_shot_idrid) == set()
+
+    # 2. A new IDRiD image on disk, observed (a new release), nothing rematerialised.
+    images = sorted(config.root_of("idrid").rglob("*.jpg"))
+    images[0].with_name("IDRiD_999.jpg").write_bytes(images[0].read_bytes())
+    defs.resolve_job_def(OBSERVE_JOB).execute_in_process(instance=instance)
+    assert _stale_links(config, zero_shot_idrid) == {
+        "metric", "predictions[idrid]", "zero_shot_scores[tiny_clip|idrid]", "image_embeddings[tiny_clip|idrid]",
+        "harmonised_labels[idrid]", "dataset_records[idrid]"}
+    assert _stale_links(config, yes_no_brset) == set()
+
+    # 3. BRSET's label file changed (one patient's age), observed, and its data layer rematerialised.
+    label_file = config.root_of("brset") / "labels.csv"
+    rows = pd.read_csv(label_file, dtype=str, keep_default_na=False)
+    rows.loc[0, "patient_age"] = str(int(float(rows.loc[0, "patient_age"] or 50)) + 1)
+    rows.to_csv(label_file, index=False)
+    defs.resolve_job_def(OBSERVE_JOB).execute_in_process(instance=instance)
+    defs.resolve_job_def(DATA_LAYER_JOB).execute_in_process(partition_key="brset", instance=instance,
+                                                            raise_on_error=False)
+    assert _stale_links(config, yes_no_brset) == {
+        "metric", "predictions[brset]", "token_probabilities[tiny_llava|brset]", "yes_no_questions[brset]",
+        "harmonised_labels[brset]", "dataset_records[brset]"}
+    changed = {link["id"]: link["changed"] for link in trace(yes_no_brset, config)["links"]}
+    assert any("dataset_records[brset] was rewritten" in c for c in changed["harmonised_labels[brset]"])
+    assert any("dataset_release[brset] was observed" in c for c in changed["dataset_records[brset]"])
+    assert any("harmonised_labels[brset] was rewritten" in c for c in changed["token_probabilities[tiny_llava|brset]"])
+    assert _stale_links(config, yes_no_papila) == set()  # nothing upstream of PAPILA's numbers changed

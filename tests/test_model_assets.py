@@ -47,7 +47,10 @@ def test_embeddings_cover_every_labelled_image_with_a_clean_audit(world, model):
     assert meta["checkpoint_audit"]["clean"] and meta["checkpoint_audit"]["missing_count"] == 0
     assert meta["pipeline_check_model"] is True and meta["device"] == "cpu"
     again = materialize(defs, instance, EMBEDDINGS_JOB, model)
-    assert again["shards_reused"] >= 1 and again["sha256"] == meta["sha256"]  # resumed from shards, same bytes
+    resumed = pd.read_parquet(config.artifacts / "embeddings" / model / "brset.parquet")
+    assert again["shards_reused"] >= 1  # resumed from shards, same vectors bit for bit
+    assert resumed["image_id"].tolist() == frame["image_id"].tolist()
+    assert all((a == b).all() for a, b in zip(resumed["embedding"], frame["embedding"]))
 
 
 def test_zero_shot_scores_are_probabilities_per_task(world):

@@ -28,9 +28,12 @@ from focus_dagster.labels import TASKS
 KEY_COLUMNS = ["dataset", "image_id", "task", "model", "interface", "method", "train_dataset"]
 PREDICTION_COLUMNS = [*KEY_COLUMNS, "score", "score_reference", "threshold", "label", "split"]
 CONFIG_COLUMNS = ["model", "dataset", "task", "method", "train_dataset"]
-# Where each row came from: filled in by the step that assembles the table, carried on into every metric row.
-LINEAGE_COLUMNS = ["release_version", "labels_version", "model_revision", "weights_sha256", "source_asset",
-                   "source_run_id", "predictions_version", "code_version", "run_id"]
+# Where each row came from, taken from the lineage stamps of the inputs the step read (focus_dagster/lineage.py):
+# filled in by the step that assembles the table, carried on into every metric row. `lineage_id` names the whole
+# recorded chain (table lineage.stamps); `train_labels_version` is the labels a cross-dataset probe was fit on.
+LINEAGE_COLUMNS = ["release_version", "labels_version", "model_revision", "model_snapshot", "weights_sha256",
+                   "source_asset", "source_run_id", "train_labels_version", "lineage_id", "predictions_version",
+                   "code_version", "run_id"]
 
 
 class PredictionsError(FocusError):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from focus_dagster import lineage
 from focus_dagster.labels import defined_tasks
 
 PROBE_METHOD = "linear_probe"
@@ -131,22 +132,32 @@ def _matrix(frame: pd.DataFrame) -> np.ndarray:
     return np.stack(frame["embedding"].to_numpy()).astype(np.float64)
 
 
-def save_probes(path, probes: dict[str, Probe]) -> None:
-    """Probes as one .npz (written atomically by the caller's temp + rename)."""
+_LINEAGE = "__lineage__"
+
+
+def save_probes(path, probes: dict[str, Probe], stamp: dict | None = None) -> None:
+    """Probes as one .npz (written atomically by the caller's temp + rename), with their lineage stamp."""
     arrays = {}
     for task, probe in probes.items():
         arrays[f"{task}.coef"] = probe.coef
         arrays[f"{task}.meta"] = np.array([probe.intercept, np.nan if probe.threshold is None else probe.threshold,
                                           probe.n_train, probe.n_train_positive])
+    if stamp is not None:
+        arrays[_LINEAGE] = np.array(lineage.dumps(stamp))
     np.savez(path, **arrays)
 
 
 def load_probes(path) -> dict[str, Probe]:
+    return load_stamped_probes(path)[0]
+
+
+def load_stamped_probes(path) -> tuple[dict[str, Probe], dict | None]:
+    """The probes of an .npz and the lineage stamp saved with them (None for files saved without one)."""
     with np.load(path) as data:
-        tasks = sorted({name.split(".")[0] for name in data.files})
+        tasks = sorted({name.split(".")[0] for name in data.files if name != _LINEAGE})
         out = {}
         for task in tasks:
             intercept, threshold, n_train, n_pos = data[f"{task}.meta"]
             out[task] = Probe(task, data[f"{task}.coef"], float(intercept),
                               None if np.isnan(threshold) else float(threshold), int(n_train), int(n_pos))
-        return out
+        return out, (lineage.loads(str(data[_LINEAGE])) if _LINEAGE in data.files else None)

@@ -2,12 +2,24 @@
 
 Like `definitions.py`, this is wiring, not science: it runs the Dagster jobs against the persistent
 instance under FOCUS_HOME, so that every run shows up in the UI afterwards with its lineage.
+
+Each job executes in a worker thread while the main thread watches it (`_Runner`): Dagster's in-process
+execution holds Ctrl-C and SIGTERM back until a step ends, and a step waiting for a pool never ends, so the
+demo used to ignore both while it waited. Now a signal stops the demo at once (the run it interrupts is marked
+CANCELED and its pool slots freed), and a step that waits for a pool says at INFO who holds it, and stops the
+demo, naming the holder and what to do, once it has waited a minute for a holder whose process is gone or
+FOCUS_POOL_WAIT_SECONDS for one still at work.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
 import time
+import uuid
+from contextlib import contextmanager
 
 from focus_dagster.config import load_config
 from focus_dagster.instance import UI_HOST, UI_PORT, prepare_dagster_home
@@ -17,6 +29,18 @@ from resources import layout
 # The run logs stay complete in the instance (and the UI); the terminal gets one line per dataset.
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 _STARTED = [time.perf_counter()]
+# How long a step waits for a pool before the demo stops and says who holds it (FOCUS_POOL_WAIT_SECONDS). A
+# holder that is still at work (a refresh the sensor launched, a run from the UI) gets the long bound. A holder
+# whose process is gone, or whose run ended, is released by run monitoring within a minute while the daemon
+# runs (dagster.yaml); waiting longer for it means no daemon runs, and nothing else will release it.
+POOL_WAIT_SECONDS = 600
+GONE_HOLDER_WAIT_SECONDS = 60
+WATCH_SECONDS = 1.0  # how often the main thread looks at the running job's pool waits
+# How long the main thread sleeps at a time. A signal that the kernel hands to the worker thread only wakes the
+# main thread, which alone runs Python's signal handlers, when its sleep ends: this is the demo's reaction time.
+WAKE_SECONDS = 0.1
+_TERMINAL: list[int | None] = [None]  # stdout as it was before Dagster captured it for a run's compute logs
+_STOPPING: list[int] = []  # set once the demo is stopping: a further signal exits at once
 
 
 def _say(line: str) -> None:
@@ -24,7 +48,168 @@ def _say(line: str) -> None:
     print(f"{time.perf_counter() - _STARTED[0]:5.0f}s  {line}", flush=True)
 
 
+def _tell(line: str) -> None:
+    """A line for the terminal while a run may be capturing stdout (it goes to the terminal, not the run's log)."""
+    if _TERMINAL[0] is None:
+        print(line, flush=True)
+        return
+    sys.stdout.flush()
+    os.write(_TERMINAL[0], (line + "\n").encode())
+
+
+class Stop(BaseException):
+    """The demo stops now: a signal arrived, or a step waited too long for a pool. A BaseException, like
+    KeyboardInterrupt, so that no `except Exception` in the code it interrupts swallows it."""
+
+    def __init__(self, code: int, reason: str, advice: str = "", canceled: bool = True):
+        super().__init__(reason)
+        self.code, self.reason, self.advice, self.canceled = code, reason, advice, canceled
+
+
+@contextmanager
+def _stopping_on_signals():
+    """Ctrl-C (SIGINT) and SIGTERM raise `Stop` in the main thread, wherever it is; a second one exits at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _STOPPING.clear()
+
+    def handler(signum, _frame):
+        if _STOPPING:
+            os._exit(128 + signum)
+        _STOPPING.append(signum)
+        raise Stop(128 + signum, f"interrupted by {signal.Signals(signum).name}")
+
+    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def _pool_wait_seconds() -> float:
+    return float(os.environ.get("FOCUS_POOL_WAIT_SECONDS") or POOL_WAIT_SECONDS)
+
+
+class _Runner:
+    """Executes the demo's jobs one at a time, each in a worker thread; meanwhile the main thread answers
+    signals and watches the run's pool waits (`Stop` when one lasts too long)."""
+
+    def __init__(self, instance, dagster_home):
+        from focus_dagster.recovery import HOST_TAG, this_host
+
+        self.instance, self.dagster_home = instance, dagster_home
+        self.tags = {HOST_TAG: this_host()}  # run monitoring judges a run's pid on its own host only
+        self.run_id: str | None = None
+        self.job_name: str | None = None
+        self.worker: threading.Thread | None = None
+        self.done = threading.Event()  # set when the worker has finished its job
+        self._reported: set[tuple[str, str]] = set()
+
+    def execute(self, job, **kwargs):
+        """`job.execute_in_process(...)` on the instance, with the demo's quiet console."""
+        run_id, outcome, done = str(uuid.uuid4()), {}, threading.Event()
+
+        def work():
+            try:
+                outcome["result"] = job.execute_in_process(run_id=run_id, instance=self.instance, tags=self.tags,
+                                                           raise_on_error=False, run_config=QUIET, **kwargs)
+            except BaseException as exc:  # handed to the main thread
+                outcome["error"] = exc
+            finally:
+                done.set()
+
+        self.run_id, self.job_name, self.done = run_id, job.name, done
+        self.worker = threading.Thread(target=work, name=f"focus demo: {job.name}", daemon=True)
+        self.worker.start()
+        watched = time.monotonic()
+        # An Event, not Thread.join: a signal handler raising inside join(timeout) leaves the thread marked
+        # finished while it still runs (CPython 3.11), and the demo would wait for it at exit.
+        while not done.wait(WAKE_SECONDS):
+            if time.monotonic() - watched >= WATCH_SECONDS:
+                self._watch_pools()
+                watched = time.monotonic()
+        self.worker.join()
+        self.run_id = self.job_name = self.worker = None
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["result"]
+
+    def _watch_pools(self) -> None:
+        from focus_dagster.pools import held_line, holders, report_wait, waits_of
+
+        for wait in waits_of(self.instance, self.run_id):
+            if (wait.pool, wait.step_key) not in self._reported:
+                self._reported.add((wait.pool, wait.step_key))
+                line = report_wait(self.instance, self.instance.get_run_by_id(self.run_id), wait.step_key, wait.pool)
+                _tell(f"  step {wait.step_key} of run {self.run_id}: {line}")
+            held_by = holders(self.instance, wait.pool)
+            gone = bool(held_by) and all(h.gone for h in held_by)
+            bound = min(_pool_wait_seconds(), GONE_HOLDER_WAIT_SECONDS) if gone else _pool_wait_seconds()
+            waited = time.time() - wait.since
+            if waited > bound:
+                raise Stop(1, f"step {wait.step_key} waited {waited:.0f}s for pool {wait.pool}, "
+                           + held_line(held_by), self._advice(gone), canceled=False)
+
+    def _advice(self, gone: bool) -> str:
+        home = f"DAGSTER_HOME={self.dagster_home}"
+        if gone:
+            return ("Nothing runs for that slot any more. Run monitoring releases it within a minute while the Dagster "
+                    f"daemon runs (make ui, or {home} .venv/bin/dagster-daemon run); or release it now: "
+                    ".venv/bin/focus recover. Then run the demo again.")
+        return ("That run is still at work: wait for it to finish (make ui shows it), or terminate it there, then run "
+                f"the demo again. FOCUS_POOL_WAIT_SECONDS sets how long the demo waits (now {_pool_wait_seconds():.0f}s).")
+
+    def stop(self, stop: Stop) -> int:
+        """End the demo: the interrupted run is marked CANCELED (a signal) or FAILURE (a pool wait) and its pool
+        slots are freed; one line says why and which run to look at. A worker still running is abandoned by
+        exiting the process at once: it cannot be interrupted, and it must not outlive its run's slots."""
+        _STOPPING.append(0)
+        run_id = self.run_id
+        run = self.instance.get_run_by_id(run_id) if run_id else None
+        if run is not None and not run.is_finished:
+            message = f"focus demo: {stop.reason}"
+            if stop.canceled:
+                self.instance.report_run_canceled(run, message)
+            else:
+                self.instance.report_run_failed(run, message)
+        if run_id:
+            self.instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+            run = self.instance.get_run_by_id(run_id)
+        if run is not None:
+            where = (f"; run {run_id} ({self.job_name}) stopped, now {run.status.value}: see it in the UI (make ui) "
+                     f"or the instance {self.dagster_home}")
+        else:
+            where = f"; run {run_id} ({self.job_name}) had not started" if run_id else " between runs"
+        _tell(f"focus demo: {stop.reason}{where}")
+        if stop.advice:
+            _tell(f"  {stop.advice}")
+        if self.worker is not None and not self.done.is_set():
+            sys.stderr.flush()
+            os._exit(stop.code)
+        return stop.code
+
+
 def run_demo() -> int:
+    try:
+        _TERMINAL[0] = os.dup(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout is not a file (captured in-process)
+        _TERMINAL[0] = None
+    try:
+        with _stopping_on_signals():
+            try:
+                return _demo()
+            except Stop as stop:  # before the first run or after the last
+                _tell(f"focus demo: {stop.reason}, outside any run")
+                return stop.code
+    finally:
+        if _TERMINAL[0] is not None:
+            os.close(_TERMINAL[0])
+            _TERMINAL[0] = None
+
+
+def _demo() -> int:
     import dagster as dg
 
     from assets.datasets import OBSERVE_JOB
@@ -44,31 +229,30 @@ def run_demo() -> int:
     defs = build_definitions(config)
     os.environ["DAGSTER_HOME"] = str(dagster_home)
     with dg.DagsterInstance.get() as instance:
-        observed = defs.resolve_job_def(OBSERVE_JOB).execute_in_process(
-            instance=instance, raise_on_error=False, run_config=QUIET
-        )
-        if not observed.success:
-            print(f"  observing the dataset releases failed: {_failure_message(observed)}")
-            return 1
-        _say("dataset releases observed (look-alikes written on first use)")
-        failures = []
-        for key in config.dataset_keys:
-            result = defs.resolve_job_def(DATA_LAYER_JOB).execute_in_process(
-                partition_key=key, instance=instance, raise_on_error=False, run_config=QUIET
-            )
-            failures += [] if result.success else [key]
-            _say(_records_line(result, key))
-        job_names = {job.name for job in defs.resolve_all_job_defs()}
-        specs = resolve_models(config.models, config.model_cache)
-        # Embeddings and probes share a run per (encoder, dataset): half the runs, the same lineage.
-        model_jobs = ((ENCODER_JOB, "embeddings+probes"), (ZERO_SHOT_JOB, "zero-shot scores"),
-                      (TOKEN_PROBABILITIES_JOB, "yes/no scores"))
-        for job_name, what in model_jobs:
-            if job_name in job_names:
-                failures += _run_model_job(defs.resolve_job_def(job_name), what, config.dataset_keys, instance, specs)
-        failures += _run_evaluation(defs, config.dataset_keys, instance)
-        summary = defs.resolve_job_def(SUMMARY_JOB).execute_in_process(instance=instance, raise_on_error=False,
-                                                                       run_config=QUIET)
+        runner = _Runner(instance, dagster_home)
+        try:
+            observed = runner.execute(defs.resolve_job_def(OBSERVE_JOB))
+            if not observed.success:
+                print(f"  observing the dataset releases failed: {_failure_message(observed)}")
+                return 1
+            _say("dataset releases observed (look-alikes written on first use)")
+            failures = []
+            for key in config.dataset_keys:
+                result = runner.execute(defs.resolve_job_def(DATA_LAYER_JOB), partition_key=key)
+                failures += [] if result.success else [key]
+                _say(_records_line(result, key))
+            job_names = {job.name for job in defs.resolve_all_job_defs()}
+            specs = resolve_models(config.models, config.model_cache)
+            # Embeddings and probes share a run per (encoder, dataset): half the runs, the same lineage.
+            model_jobs = ((ENCODER_JOB, "embeddings+probes"), (ZERO_SHOT_JOB, "zero-shot scores"),
+                          (TOKEN_PROBABILITIES_JOB, "yes/no scores"))
+            for job_name, what in model_jobs:
+                if job_name in job_names:
+                    failures += _run_model_job(defs.resolve_job_def(job_name), what, config.dataset_keys, runner, specs)
+            failures += _run_evaluation(defs, config.dataset_keys, runner)
+            summary = runner.execute(defs.resolve_job_def(SUMMARY_JOB))
+        except Stop as stop:
+            return runner.stop(stop)
         failures += [] if summary.success else [f"{SUMMARY_JOB}: {_failure_message(summary)}"]
         _say("cross-dataset matrix and leaderboard")
         overhead = dagster_overhead(instance, since=wall_started)
@@ -88,13 +272,13 @@ def run_demo() -> int:
     return 1 if failures else 0
 
 
-def _run_evaluation(defs, datasets: list[str], instance) -> list[str]:
+def _run_evaluation(defs, datasets: list[str], runner: _Runner) -> list[str]:
     """Predictions and metric tables per dataset; one line with the totals."""
     from assets.evaluation import EVALUATION_JOB
 
     job, failures, rows = defs.resolve_job_def(EVALUATION_JOB), [], 0
     for dataset in datasets:
-        result = job.execute_in_process(partition_key=dataset, instance=instance, raise_on_error=False, run_config=QUIET)
+        result = runner.execute(job, partition_key=dataset)
         if not result.success:
             failures.append(f"evaluation/{dataset}: {_failure_message(result)}")
             continue
@@ -189,24 +373,23 @@ class _Tally:
         return [f"{self.model}/{d}" for d in self.failed]
 
 
-def _run_partition(job, model: str, dataset: str, instance):
+def _run_partition(job, model: str, dataset: str, runner: _Runner):
     import dagster as dg
 
-    key = dg.MultiPartitionKey({"model": model, "dataset": dataset})
-    return job.execute_in_process(partition_key=key, instance=instance, raise_on_error=False, run_config=QUIET)
+    return runner.execute(job, partition_key=dg.MultiPartitionKey({"model": model, "dataset": dataset}))
 
 
 def _job_models(job) -> list[str]:
     return job.partitions_def.get_partitions_def_for_dimension("model").get_partition_keys()
 
 
-def _run_model_job(job, what: str, datasets: list[str], instance, specs: dict) -> list[str]:
+def _run_model_job(job, what: str, datasets: list[str], runner: _Runner, specs: dict) -> list[str]:
     """Run a model x dataset job for every partition whose dataset is registered; one line per model."""
     failures = []
     for model in _job_models(job):
         tally = _Tally(what, model, specs[model].is_pipeline_check)
         for dataset in datasets:
-            tally.add(_run_partition(job, model, dataset, instance), dataset)
+            tally.add(_run_partition(job, model, dataset, runner), dataset)
         _say(tally.line())
         failures += tally.failures()
     return failures

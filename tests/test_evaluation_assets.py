@@ -380,3 +380,27 @@ def test_trace_marks_stale_exactly_the_links_an_upstream_change_reaches(world):
     assert any("dataset_release[brset] was observed" in c for c in changed["dataset_records[brset]"])
     assert any("harmonised_labels[brset] was rewritten" in c for c in changed["token_probabilities[tiny_llava|brset]"])
     assert _stale_links(config, yes_no_papila) == set()  # nothing upstream of PAPILA's numbers changed
+
+
+def test_numbers_recomputed_half_way_through_a_refresh_say_what_they_stand_on(world):
+    """Continues from the state the previous test left: BRSET's labels are new but its model outputs are not;
+    IDRiD has a new release observed but its records were not read again. Recompute both datasets' numbers."""
+    config, defs, instance = world
+    for dataset in ("brset", "idrid"):
+        assert defs.resolve_job_def(EVALUATION_JOB).execute_in_process(partition_key=dataset, instance=instance,
+                                                                       run_config=FAST).success
+    # BRSET: no prediction comes from a model output computed from the old labels; each such configuration says so.
+    unavailable = table(config, "SELECT * FROM predictions.unavailable WHERE partition = 'brset'")
+    stale_outputs = unavailable[unavailable["reason"].str.contains("was computed from labels version")]
+    assert {("tiny_llava", "yes_no"), ("tiny_vit", "linear_probe"), ("tiny_clip", "zero_shot")} <= set(
+        zip(stale_outputs["model"], stale_outputs["method"]))
+    used = table(config, "SELECT DISTINCT labels_version FROM predictions.samples WHERE partition = 'brset'")
+    assert len(used) <= 1  # whatever rows remain rest on one labels version
+    # IDRiD: the rows name the release its records were read from, not the newer one observed since.
+    observed = instance.fetch_observations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("dataset_release"), asset_partitions=["idrid"]), limit=20).records
+    versions = list(dict.fromkeys(record.asset_observation.tags["dagster/data_version"] for record in observed))
+    newest, previous = versions[:2]  # newest first: the release with the new image, then the one read
+    releases = table(config, "SELECT DISTINCT release_version FROM metrics.values WHERE partition = 'idrid' "
+                             "AND release_version IS NOT NULL")["release_version"].tolist()
+    assert releases == [previous]

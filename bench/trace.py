@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 KINDS = {
     "performance": "axis = 'performance' AND partition <> 'cross' AND value IS NOT NULL",
-    "calibration": "axis = 'calibration' AND value IS NOT NULL",
+    "calibration": "axis = 'calibration' AND partition <> 'cross' AND value IS NOT NULL",
     "fairness": "axis = 'fairness' AND value IS NOT NULL",
     "quality": "axis = 'quality' AND value IS NOT NULL",
     "cross-dataset": "partition = 'cross' AND value IS NOT NULL",

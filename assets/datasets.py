@@ -10,6 +10,7 @@ from assets.partitions import Registered
 from checks.records import build_record_checks
 from focus_dagster import lineage
 from focus_dagster.datasets import DATASETS, ReadResult
+from focus_dagster.datasets.records import NOTE_COLUMNS
 from focus_dagster.version import code_version
 from resources import DatasetRoots, FocusStorage, layout
 
@@ -86,8 +87,10 @@ def _dataset_assets(partitions: dg.StaticPartitionsDefinition) -> list:
             "validated and typed), the image path relative to the dataset root, the patient id where the "
             "dataset has one, the native split where it has one, and the label file and row each record "
             "came from. Rows that cannot be trusted (missing or unreadable image, unknown code, conflicting "
-            f"duplicate id, path outside the root) are not dropped: they go to `{layout.QUARANTINE}` with "
-            f"their reason, so rows read = rows kept + rows quarantined. Table: `{layout.records_table('<dataset>')}`."
+            f"duplicate id, path outside the root, also through a link, truncated row) are not dropped: they go to "
+            f"`{layout.QUARANTINE}` with their reason, so rows read = rows kept + rows quarantined. Kept images whose "
+            f"content is another format than their extension says are listed in `{layout.IMAGE_NOTES}`. "
+            f"Table: `{layout.records_table('<dataset>')}`."
         ),
     )
     def dataset_records(
@@ -102,9 +105,10 @@ def _dataset_assets(partitions: dg.StaticPartitionsDefinition) -> list:
             rows_quarantined=len(result.quarantine),
         )
         # The records, their quarantine, the unlisted images and the lineage of all three change together.
-        table, _, _ = storage.replace_partitions([(layout.records_table(key), None, result.records),
+        table, *_ = storage.replace_partitions([(layout.records_table(key), None, result.records),
                                                   (layout.QUARANTINE, key, result.quarantine),
-                                                  (layout.UNLISTED_IMAGES, key, _unlisted_frame(result))], stamp=stamp)
+                                                  (layout.UNLISTED_IMAGES, key, _unlisted_frame(result)),
+                                                  (layout.IMAGE_NOTES, key, _notes_frame(result))], stamp=stamp)
         context.log.info(result.accounting_line())
         return dg.MaterializeResult(metadata=_records_metadata(result, table, release.version)
                                     | {"lineage_version": stamp["version"]})
@@ -147,9 +151,17 @@ def _records_metadata(result: ReadResult, table: str, release_version: str) -> d
         "rows_quarantined": summary["rows_quarantined"],
         "quarantine_reasons": dg.MetadataValue.json(summary["quarantine_reasons"]),
         "unlisted_images": summary["unlisted_images"],
+        "image_notes": dg.MetadataValue.json(summary["image_notes"]),
         "label_files": dg.MetadataValue.json(summary["label_files"]),
         "preview": dg.MetadataValue.md(_preview(result.records)),
     }
+
+
+def _notes_frame(result: ReadResult) -> pd.DataFrame:
+    """The image notes of the kept records, typed even when there are none (the table keeps its schema)."""
+    notes = result.image_notes if result.image_notes is not None else pd.DataFrame(columns=NOTE_COLUMNS)
+    frame = notes.reindex(columns=NOTE_COLUMNS).astype(object)
+    return frame.assign(source_row=pd.to_numeric(frame["source_row"]).astype("Int64"))
 
 
 def _unlisted_frame(result: ReadResult) -> pd.DataFrame:

@@ -63,11 +63,11 @@ PREDICTIONS_DESCRIPTION = (
     "training split lacks a class), no scores for the task, every score rejected."
 )
 METRICS_DESCRIPTION = (
-    f"Metric table of one dataset (DuckDB `{layout.METRICS}`, one row per number): performance, calibration, "
-    "fairness (sex, age, camera, only where metadata_coverage finds the attribute) and image quality, each with a "
-    "95% stratified bootstrap interval, n, n_pos, a reason where undefined, the lineage of its predictions, and a "
-    "stable `metric_id` that `focus trace` resolves. A configuration without predictions has one row: its AUROC "
-    f"(axis performance, group empty), null, with the reason recorded in `{layout.UNAVAILABLE}`."
+    f"Performance and calibration of one dataset (DuckDB `{layout.METRICS}`, partition `<dataset>`, one row per "
+    "number), each with a 95% stratified bootstrap interval, n, n_pos, a reason where undefined, the lineage of its "
+    "predictions, and a stable `metric_id` that `focus trace` resolves. A configuration without predictions has one "
+    f"row: its AUROC (axis performance, group empty), null, with the reason recorded in `{layout.UNAVAILABLE}`. "
+    "Fairness and quality are `fairness_metrics` and `quality_metrics`, which wait for the attribute coverage check."
 )
 CROSS_DESCRIPTION = (
     "The cross-dataset matrix: every in-domain probe trained on dataset A scored on the test split of every other "
@@ -104,9 +104,11 @@ def definitions(registered: Registered) -> dg.Definitions:
         ))
     assets += [_predictions_asset(registered.datasets, registered.specs), _metrics_asset(registered.datasets)]
     jobs.append(dg.define_asset_job(
-        EVALUATION_JOB, selection=dg.AssetSelection.assets("predictions", "metrics"),
+        EVALUATION_JOB, selection=dg.AssetSelection.assets("predictions", "metrics", "group_attributes",
+                                                           "fairness_metrics", "quality_metrics"),
         partitions_def=registered.datasets,
-        description="The per-sample predictions table and the metric tables of one dataset.",
+        description="The per-sample predictions table and the metric tables of one dataset (performance and "
+        "calibration; fairness and quality once the group attributes pass their coverage check).",
     ))
     summary = ["cross_dataset_metrics", "leaderboard"] if with_encoders else ["leaderboard"]
     if with_encoders:
@@ -376,23 +378,20 @@ def _metrics_asset(datasets: dg.StaticPartitionsDefinition):
     )
     def metrics(context: dg.AssetExecutionContext, config: MetricsConfig, storage: FocusStorage):
         from focus_dagster.evaluation.tables import Settings, metric_rows, with_unavailable
-        from focus_dagster.labels.expectations import check_metadata_coverage
-        from focus_dagster.labels.rules import AXIS_METADATA
 
         dataset = context.partition_key
         labels, labels_stamp = storage.read_stamped_labels(dataset)
         (samples, unavailable), predictions_stamp = storage.read_stamped(
             [(layout.SAMPLES, dataset), (layout.UNAVAILABLE, dataset)], "predictions", dataset)
         _same_labels(predictions_stamp, labels_stamp, dataset)
-        coverage = {column: share > 0 for column, share in check_metadata_coverage(labels).info.items()}
-        metadata = labels[["image_id", *AXIS_METADATA]]
-        rows = metric_rows(samples, metadata, coverage, Settings(config.n_resamples, config.seed))
+        rows = metric_rows(samples, labels[["image_id"]], {}, Settings(config.n_resamples, config.seed),
+                           axes=("performance", "calibration"))
         table = with_unavailable(with_lineage(rows, samples, context.run_id), unavailable, context.run_id)
         table = table.assign(partition=dataset)
         stamp = lineage.stamp("metrics", dataset, context.run_id, lineage.frame_version(table, VALUE_COLUMNS),
                               code_version=code_version(), inputs={"predictions": predictions_stamp})
         storage.replace_partition(layout.METRICS, dataset, table, stamp=stamp)
-        return dg.MaterializeResult(metadata=metrics_metadata(table, coverage, len(unavailable)))
+        return dg.MaterializeResult(metadata=metrics_metadata(table, len(unavailable)))
 
     return metrics
 
@@ -412,14 +411,13 @@ def _same_labels(predictions_stamp: dict | None, labels_stamp: dict | None, data
                          "does so on its own).")
 
 
-def metrics_metadata(table: pd.DataFrame, coverage: dict, unavailable: int) -> dict:
+def metrics_metadata(table: pd.DataFrame, unavailable: int) -> dict:
     defined = table["value"].notna()
     return {
         "dagster/row_count": len(table),
         "rows_by_axis": dg.MetadataValue.json(table["axis"].value_counts().to_dict()),
         "undefined_rows": int((~defined).sum()),
         "unavailable_configurations": unavailable,
-        "metadata_coverage": dg.MetadataValue.json(coverage),
         "leaderboard": dg.MetadataValue.md(leaderboard_markdown(table)),
     }
 

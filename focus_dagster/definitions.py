@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import automation, datasets, evaluation, labels, mllm, models
+from assets import automation, datasets, evaluation, groups, labels, mllm, models
 from assets.partitions import Registered
 from focus_dagster.config import FocusConfig, load_config
 from focus_dagster.pools import reporting_pool_waits
 from resources import focus_resources
 
-# By default a run's steps share its process: one process per step re-imported Great Expectations, pandas and
-# torch for every check (bench/data_layer.py); the pools still order steps across runs. Either executor, wrapped,
+# By default a run's steps share its process: one process per step re-imported Great Expectations and pandas
+# for every step (bench/data_layer.py; the eight label checks also share one step); the pools still order steps
+# across runs. Either executor, wrapped,
 # says at INFO in the run which run holds a pool a step waits for (focus_dagster/pools.py).
 EXECUTORS = {"in_process": reporting_pool_waits(dg.in_process_executor),
              "multiprocess": reporting_pool_waits(dg.multiprocess_executor)}
@@ -30,6 +31,7 @@ def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
         models.definitions(registered),
         mllm.definitions(registered),
         evaluation.definitions(registered),
+        groups.definitions(registered.datasets),
         automation.definitions(config.refresh_seconds),
         dg.Definitions(resources=focus_resources(config), executor=EXECUTORS[config.executor]),
     )

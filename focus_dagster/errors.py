@@ -30,6 +30,22 @@ class EmptyDatasetError(FocusError):
     """A dataset has no records at all, which is never what a user wants to benchmark."""
 
 
+class NotMaterialisedError(FocusError):
+    """A step needs what an upstream asset partition writes, and that partition has not been materialised.
+
+    Raised instead of the bare `FileNotFoundError` of the missing file, so that a step downstream of a
+    failure names the upstream step to look at (`asset`, `partition`) and the file it did not find (`path`).
+    """
+
+    def __init__(self, asset: str | None, partition: str | None, path: str):
+        self.asset, self.partition, self.path = asset, partition, path
+        what = f"{asset}[{partition}]" if asset else "the asset that writes it"
+        super().__init__(
+            f"{what} has not been materialised (its last run failed or never ran, or a blocking check upstream "
+            f"stopped it): materialise it first; file {path} is missing."
+        )
+
+
 def missing_columns_error(dataset: str, path: str, expected: list[str], found: list[str]) -> DatasetLayoutError:
     """The error for a label file that lacks columns its reader depends on."""
     missing = [c for c in expected if c not in found]

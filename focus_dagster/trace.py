@@ -130,8 +130,7 @@ class _Walk:
 
     def chain(self, row: dict) -> dict:
         recorded = self.state.stamp(row.get("lineage_id"))
-        cross = row["partition"] == layout.CROSS_PARTITION
-        asset = "cross_dataset_metrics" if cross else "metrics"
+        asset = _metric_asset(row["partition"])
         metric = {"id": f"metric:{row['metric_id']}", "link": "metric", "asset": asset, "partition": row["partition"],
                   "version": None, "run": _run(row.get("run_id")),
                   "recorded": {k: row.get(k) for k in ("model", "dataset", "task", "method", "train_dataset", "axis",
@@ -225,6 +224,13 @@ def _weights_change(model: dict) -> str | None:
         return None
     return (f"the weights of {model.get('id')} at {path} changed on disk since they were read: sha256 {now}; this "
             f"read {model.get('weights_sha256')}")
+
+
+def _metric_asset(partition: str) -> str:
+    """The asset that wrote a metric row, from its `partition` (dataset, `<dataset>|<axis>`, or cross)."""
+    if partition == layout.CROSS_PARTITION:
+        return "cross_dataset_metrics"
+    return f"{partition.split('|', 1)[1]}_metrics" if "|" in partition else "metrics"
 
 
 def _kind(asset: str) -> str:

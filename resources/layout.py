@@ -39,6 +39,8 @@ def records_table(dataset: str) -> Table:
 
 QUARANTINE = Table("records", "quarantine", "dataset")
 UNLISTED_IMAGES = Table("records", "unlisted_images", "dataset")
+# Kept records whose image needs a word (content in another format than its extension names), with the note.
+IMAGE_NOTES = Table("records", "image_notes", "dataset")
 LABELS = Table("labels", "harmonised", "dataset")
 LABEL_REJECTS = Table("labels", "rejects", "dataset")
 ZERO_SHOT = Table("predictions", "zero_shot", "partition")
@@ -47,15 +49,22 @@ SAMPLES = Table("predictions", "samples", "partition")
 # under CROSS_PARTITION (so the `partition` column, not `dataset`, says which step wrote a row).
 UNAVAILABLE = Table("predictions", "unavailable", "partition")
 METRICS = Table("metrics", "values", "partition")
+# The group attributes of each dataset's test images (sex, age, quality, camera) the fairness and quality axes use.
+ATTRIBUTES = Table("labels", "attributes", "dataset")
 # Lineage (focus_dagster/lineage.py): every stamp written with a DuckDB partition, by id, and the stamp of what
 # each asset partition holds now, both written in the transaction that writes the data.
 STAMPS = Table("lineage", "stamps")
 CURRENT = Table("lineage", "current")
-TABLES = (QUARANTINE, UNLISTED_IMAGES, LABELS, LABEL_REJECTS, ZERO_SHOT, SAMPLES, UNAVAILABLE, METRICS, STAMPS,
-          CURRENT)
+TABLES = (QUARANTINE, UNLISTED_IMAGES, IMAGE_NOTES, LABELS, LABEL_REJECTS, ATTRIBUTES, ZERO_SHOT, SAMPLES, UNAVAILABLE, METRICS,
+          STAMPS, CURRENT)
 
 # The partition of the cross-dataset rows in SAMPLES and METRICS (not a dataset).
 CROSS_PARTITION = "cross"
+
+
+def axis_partition(dataset: str, axis: str) -> str:
+    """The `partition` of a dataset's fairness or quality rows in METRICS (written by their own assets)."""
+    return f"{dataset}|{axis}"
 
 # ------------------------------------------------------------------------------------------ artifacts
 

@@ -17,6 +17,7 @@ from dagster import ConfigurableResource
 from dagster_duckdb import DuckDBResource
 
 from focus_dagster import lineage
+from focus_dagster.errors import NotMaterialisedError
 from focus_dagster.files import atomic_path, file_sha256
 from resources import layout
 from resources.layout import Table
@@ -146,11 +147,13 @@ class FocusStorage(ConfigurableResource):
         return self.write_artifact(rel, lambda partial: write_stamped_parquet(partial, frame, stamp))
 
     def read_parquet(self, rel: str) -> pd.DataFrame:
-        return pd.read_parquet(self.artifact_path(rel))
+        """A Parquet artifact; NotMaterialisedError naming the asset partition that writes it when it is missing."""
+        return pd.read_parquet(self._existing_artifact(rel))
 
     def read_stamped_parquet(self, rel: str) -> tuple[pd.DataFrame, dict | None]:
-        """A Parquet artifact and the stamp written with it (None for a file written without lineage)."""
-        return read_stamped_parquet(self.artifact_path(rel))
+        """A Parquet artifact and the stamp written with it (None for a file written without lineage);
+        NotMaterialisedError naming the asset partition that writes it when it is missing."""
+        return read_stamped_parquet(self._existing_artifact(rel))
 
     def read_labels(self, dataset: str) -> pd.DataFrame:
         """The harmonised labels of one dataset, from the Parquet copy (no DuckDB connection needed)."""
@@ -159,8 +162,44 @@ class FocusStorage(ConfigurableResource):
     def read_stamped_labels(self, dataset: str) -> tuple[pd.DataFrame, dict | None]:
         return self.read_stamped_parquet(layout.labels_file(dataset))
 
+    def _existing_artifact(self, rel: str) -> Path:
+        """The artifact's path, or the error saying which upstream step has not written it (its run failed, a
+        blocking check stopped it, or it never ran): a later step then names that step, not a missing file."""
+        path = self.artifact_path(rel)
+        if not path.is_file():
+            asset, partition = artifact_producer(rel)
+            raise NotMaterialisedError(asset, partition, str(path))
+        return path
+
     def has_labels(self, dataset: str) -> bool:
         return self.artifact_path(layout.labels_file(dataset)).exists()
+
+
+def artifact_producer(rel: str) -> tuple[str | None, str | None]:
+    """(asset, partition key as the UI spells it) of the step that writes the artifact `rel`; (None, None)
+    for a path the layout does not name."""
+    for name_file, asset in ((layout.labels_file, "harmonised_labels"), (layout.questions_file, "yes_no_questions")):
+        found = re.fullmatch(_placeholders(name_file(_DATASET)), rel)
+        if found:
+            return asset, found["dataset"]
+    outputs = ((layout.PROBE_SKIPPED.file, "probe_predictions"), (layout.TOKEN_PROBABILITIES.quarantine,
+               "token_probabilities"), (layout.EMBEDDINGS.file, "image_embeddings"),
+               (layout.TOKEN_PROBABILITIES.file, "token_probabilities"), (layout.PROBES.file, "probe_predictions"),
+               (layout.PROBE_SCORES.file, "probe_predictions"))
+    for model_file, asset in outputs:
+        found = re.fullmatch(_placeholders(model_file(_MODEL, _DATASET)), rel)
+        if found:
+            return asset, str(layout.model_dataset_key(found["model"], found["dataset"]))
+    return None, None
+
+
+_MODEL, _DATASET = "<model>", "<dataset>"
+
+
+def _placeholders(template: str) -> str:
+    """A pattern matching the paths of a layout template written with the placeholders `<model>`, `<dataset>`."""
+    pattern = re.escape(template)
+    return pattern.replace(re.escape(_MODEL), "(?P<model>[^/]+)").replace(re.escape(_DATASET), "(?P<dataset>[^/]+?)")
 
 
 def write_stamped_parquet(path: Path, frame: pd.DataFrame, stamp: dict | None) -> None:

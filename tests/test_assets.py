@@ -109,3 +109,21 @@ def test_a_missing_root_fails_the_step_with_the_dataset_named(setup, tmp_path):
     assert not result.success
     [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
     assert "[brset] dataset root" in str(failure.event_specific_data.error)
+
+
+@pytest.mark.parametrize("kept, quarantined, passed, warned", [
+    (97, 3, True, False),    # 3%: fine
+    (90, 10, True, True),    # 10%: passes, with a warning
+    (50, 50, True, True),    # 50% exactly: still a warning
+    (49, 51, False, False),  # 51%: a broken copy, a blocking failure
+])
+def test_quarantine_rate_bands_as_documented(kept, quarantined, passed, warned):
+    """README: the check warns above 5% and blocks above 50%."""
+    from checks.records import quarantine_result
+
+    result = quarantine_result(kept, {"image_missing": quarantined})
+    assert result.passed is passed and ("warning" in result.metadata) is warned
+    if not passed:
+        assert result.severity.value == "ERROR"
+    if warned:
+        assert result.severity.value == "WARN"

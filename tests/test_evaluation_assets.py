@@ -22,7 +22,7 @@ DATASETS = ("brset", "papila", "idrid")
 SELECTION = {"tiny_vit": "vm", "tiny_clip": "vlm", "tiny_llava": "mllm"}  # model -> interface
 MODELS = {EMBEDDINGS_JOB: ("tiny_vit", "tiny_clip"), ZERO_SHOT_JOB: ("tiny_clip",),
           TOKEN_PROBABILITIES_JOB: ("tiny_llava",), PROBES_JOB: ("tiny_vit", "tiny_clip")}
-FAST = {"ops": {"metrics": {"config": {"n_resamples": 100}}}}
+FAST = {"ops": {name: {"config": {"n_resamples": 100}} for name in ("metrics", "fairness_metrics", "quality_metrics")}}
 
 
 def run_everything(defs, instance, datasets=DATASETS):
@@ -108,7 +108,7 @@ def test_metric_rows_carry_ids_intervals_reasons_and_lineage(world):
     assert ((defined["ci_low"].isna()) | (defined["ci_low"] <= defined["value"] + 1e-9)).all()
     assert metrics.loc[metrics["value"].isna(), "reason"].notna().all()  # nothing undefined without a reason
     no_sex = metrics[(metrics["dataset"] == "idrid") & (metrics["axis"] == "fairness")]
-    assert no_sex["reason"].str.startswith("metadata_coverage").all()  # IDRiD has no demographics
+    assert no_sex["reason"].str.startswith("not applicable: idrid does not publish").all()  # no demographics
     assert metrics[metrics["partition"] != "cross"]["weights_sha256"].notna().all()
 
 
@@ -310,7 +310,8 @@ def test_changing_one_dataset_refreshes_only_its_partitions_and_the_aggregates(w
 
 
 def _fast_config(keys):
-    names = {key.to_user_string() for key in keys} & {"metrics", "cross_dataset_metrics"}
+    names = {key.to_user_string() for key in keys} & {"metrics", "cross_dataset_metrics", "fairness_metrics",
+                                                      "quality_metrics"}
     return {"ops": {name: {"config": {"n_resamples": 100}} for name in names}}
 
 

@@ -37,9 +37,12 @@ EVERY_CHECK = {"dataset_records:quarantine_rate", "harmonised_labels:label_value
                "token_probabilities:checkpoint_audit"}
 
 
+METRIC_ASSETS = {"metrics", "cross_dataset_metrics", "fairness_metrics", "quality_metrics"}
+
+
 def fast(request) -> dict:
     """Fewer bootstrap resamples: the intervals are not under test here."""
-    names = {k.to_user_string() for k in request.asset_selection or []} & {"metrics", "cross_dataset_metrics"}
+    names = {k.to_user_string() for k in request.asset_selection or []} & METRIC_ASSETS
     return {"ops": {name: {"config": {"n_resamples": 50}} for name in names}}
 
 
@@ -134,6 +137,26 @@ def test_a_change_materialised_by_hand_is_checked_then_followed(world):
     assert unsynced(w.defs, w.instance) == set()
 
 
+def test_a_release_with_some_unreadable_images_flows_on_with_a_warning(world):
+    """Three of IDRiD's 24 images gone (12.5%, between the 5% warning and the 50% failure): the check passes
+    with a warning, and the refresh reaches the metrics."""
+    w, _ = world
+    images = sorted(w.config.root_of("idrid").rglob("*.jpg"))
+    for image in images[:3]:
+        image.unlink()
+    refresh = w.refresh()
+    verdicts = refresh.check_verdicts()
+    assert verdicts[("dataset_records", "quarantine_rate", "idrid")] is True
+    [evaluation] = [e.event_specific_data for r in refresh.results for e in r.all_events
+                    if e.event_type_value == "ASSET_CHECK_EVALUATION" and e.event_specific_data.check_name ==
+                    "quarantine_rate"]
+    assert evaluation.metadata["quarantine_rate"].value == round(3 / 24, 4) and "warning" in evaluation.metadata
+    materialized = {e.asset_key.to_user_string() for r in refresh.results for e in r.all_events
+                    if e.event_type_value == "ASSET_MATERIALIZATION"}
+    assert {"harmonised_labels", "image_embeddings", "predictions", "metrics"} <= materialized
+    assert unsynced(w.defs, w.instance) == set()
+
+
 def test_a_broken_release_stops_at_its_failed_check(world):
     w, _ = world
     images = sorted((w.config.root_of("g1020") / "G1020" / "Images").glob("*.jpg"))
@@ -146,10 +169,49 @@ def test_a_broken_release_stops_at_its_failed_check(world):
     assert materialized == {("dataset_records", "g1020")}
     # Planned at most: the rest of the data-layer run, skipped behind the failed check; nothing below it.
     planned = {asset.split(":")[0] for asset, partitions in refresh.requested().items()}
-    assert planned <= {"dataset_records", "harmonised_labels", "label_rejects", "yes_no_questions"}
+    assert planned <= {"dataset_records", "harmonised_labels", "label_rejects", "yes_no_questions", "group_attributes"}
     left = unsynced(w.defs, w.instance)
     assert left and all(partition and "g1020" in partition for _, partition in left)
     assert "dataset_records" not in {asset for asset, _ in left}
+
+
+def test_a_mapping_that_loses_sex_blocks_fairness_and_quality_but_not_metrics(world, monkeypatch):
+    """A planted regression: PAPILA's rule maps every sex code to nothing. No label check can see it (sex is not
+    a label, and the rule is consistent with itself); the labels are rematerialised by hand with it, as from the
+    UI. The attribute coverage check fails and keeps fairness and quality from materialising, across ticks and
+    within a run, while the metrics follow the new labels."""
+    from dataclasses import replace
+
+    from assets.evaluation import EVALUATION_JOB
+    from focus_dagster.labels import rules
+
+    w, _ = world
+    original = rules.RULES["papila"]
+    monkeypatch.setitem(rules.RULES, "papila", replace(
+        original, metadata=lambda r: {**original.metadata(r), "sex": rules.constant(r, None)}))
+    labels = w.defs.resolve_implicit_global_asset_job_def().get_subset(
+        asset_selection={dg.AssetKey("harmonised_labels"), dg.AssetKey("label_rejects")})
+    by_hand = labels.execute_in_process(instance=w.instance, partition_key="papila")
+    verdicts = {e.check_name: e.passed for e in by_hand.get_asset_check_evaluations()}
+    assert verdicts["label_values"] and verdicts["rule_consistency"]  # the label-mapping checks pass
+    assert verdicts["metadata_coverage"] is False  # only the warning notices, and a warning blocks nothing
+    refresh = w.refresh()
+    assert refresh.requested()["group_attributes:attribute_coverage"] == {"papila"}
+    # (a check declared with its asset reports no partition of its own: the run's, papila, is the only one)
+    assert refresh.check_verdicts()[("group_attributes", "attribute_coverage", "")] is False
+    materialized = {(e.asset_key.to_user_string(), str(e.partition)) for r in refresh.results for e in r.all_events
+                    if e.event_type_value == "ASSET_MATERIALIZATION"}
+    assert {("predictions", "papila"), ("metrics", "papila"), ("group_attributes", "papila")} <= materialized
+    assert not {(a, "papila") for a in ("fairness_metrics", "quality_metrics")} & materialized
+    assert {("fairness_metrics", "papila"), ("quality_metrics", "papila")} <= unsynced(w.defs, w.instance)
+    # Within one run: the evaluation job stops them behind the failed check, and says why.
+    run = w.defs.resolve_job_def(EVALUATION_JOB).execute_in_process(
+        instance=w.instance, partition_key="papila", raise_on_error=False,
+        run_config={"ops": {name: {"config": {"n_resamples": 50}} for name in METRIC_ASSETS - {"cross_dataset_metrics"}}})
+    done = {e.asset_key.to_user_string() for e in run.all_events if e.event_type_value == "ASSET_MATERIALIZATION"}
+    assert {"metrics", "group_attributes"} <= done and not {"fairness_metrics", "quality_metrics"} & done
+    failed = [e for e in run.get_asset_check_evaluations() if e.check_name == "attribute_coverage"]
+    assert len(failed) == 1 and not failed[0].passed and "sex" in failed[0].metadata["reason"].value
 
 
 def only_about(partitions: set[str], dataset: str) -> bool:

@@ -53,3 +53,64 @@ def test_hidden_files_do_not_count(synth_all, tmp_path):
     (root / ".DS_Store").write_text("x")
     shutil.copytree(root / "1000images", root / ".partial-copy")
     assert fingerprint_dataset("jsiec1000", root).version == base
+
+
+def _small_release(root):
+    """A literal two-image release: 3 + 5 image bytes and a 4-byte label file (12 bytes in all)."""
+    (root / "fundus_photos").mkdir(parents=True)
+    (root / "fundus_photos" / "a.jpg").write_bytes(b"\xff\xd8\xff")
+    (root / "fundus_photos" / "b.jpg").write_bytes(b"\xff\xd8\xff\xd9\x00")
+    (root / "labels.csv").write_bytes(b"a,b\n")
+    return root
+
+
+def _fingerprint_within(seconds, *args, **kwargs):
+    """The fingerprint, or a failure when the walk is still running after `seconds` (a hang never ends the test)."""
+    import threading
+
+    box = {}
+
+    def walk():
+        try:
+            box["fp"] = fingerprint_dataset(*args, **kwargs)
+        except Exception as exc:  # reported below, in the test's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=walk, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"the fingerprint walk did not finish within {seconds}s"
+    assert "error" not in box, f"the fingerprint walk failed: {box.get('error')!r}"
+    return box["fp"]
+
+
+def test_a_link_cycle_in_an_image_folder_cannot_hang_the_fingerprint(tmp_path):
+    import os
+
+    root = _small_release(tmp_path / "brset")
+    plain = fingerprint_dataset("brset", root)
+    os.symlink(".", root / "fundus_photos" / "again")  # the folder inside itself
+    os.symlink("..", root / "fundus_photos" / "up")  # the root inside its own image folder
+    looped = _fingerprint_within(10, "brset", root, content_hash=True)
+    assert (looped.images, looped.label_files, looped.total_bytes) == (2, 1, 12)
+    linked = _fingerprint_within(10, "brset", root)
+    assert linked.version != plain.version  # the links are part of the release as it sits on disk
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy, symlinks=True)
+    assert _fingerprint_within(10, "brset", copy).version == linked.version  # links hashed by relative target
+
+
+def test_a_folder_link_leaving_the_root_is_recorded_but_not_walked(tmp_path):
+    import os
+
+    root = _small_release(tmp_path / "brset")
+    plain = fingerprint_dataset("brset", root)
+    other_disk = tmp_path / "other_disk"
+    other_disk.mkdir()
+    (other_disk / "c.jpg").write_bytes(b"\xff\xd8\xff\xd9")
+    os.symlink(other_disk, root / "fundus_photos" / "more")
+    linked = fingerprint_dataset("brset", root)
+    assert (linked.images, linked.total_bytes) == (2, 12)  # nothing outside the root is counted
+    assert linked.version != plain.version
+    (other_disk / "d.jpg").write_bytes(b"\xff\xd8\xff\xd9")
+    assert fingerprint_dataset("brset", root).version == linked.version

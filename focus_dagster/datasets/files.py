@@ -51,6 +51,25 @@ def list_images(root: Path, rel_dir: str, *, recursive: bool = False) -> list[st
     return sorted(found)
 
 
+def links_leaving_root(root: Path, rel_paths: Iterable[str]) -> dict[str, str]:
+    """The paths (relative to root) that lead outside the root once symbolic links are resolved, each with
+    where it really leads. A path that only looks inside (`images/x.jpg` where `images` links to another
+    disk, or `x.jpg` linking to `/etc/passwd`) is caught here; `..` and absolute paths are caught before."""
+    real_root = os.path.realpath(root)
+    inside = real_root.rstrip(os.sep) + os.sep
+    real_folders: dict[str, str] = {}  # a dataset's images share a few folders: resolve each once
+    leaving: dict[str, str] = {}
+    for rel in rel_paths:
+        path = os.path.join(root, rel)
+        folder, name = os.path.split(path)
+        if folder not in real_folders:
+            real_folders[folder] = os.path.realpath(folder)
+        real = os.path.realpath(path) if os.path.islink(path) else os.path.join(real_folders[folder], name)
+        if real != real_root and not real.startswith(inside):
+            leaving[rel] = real
+    return leaving
+
+
 def index_by_stem(paths: Iterable[str]) -> dict[str, str]:
     """Map `folder/stem` (extension and its case removed) to the real path, for datasets that name images by id."""
     index: dict[str, str] = {}

@@ -15,6 +15,9 @@ IMAGE_CHECKS = ("none", "header", "full")
 DEFAULT_IMAGE_CHECK = "header"
 
 _TAIL_BYTES = 4096
+# The format each image extension promises, and the formats' names as messages spell them.
+SUFFIX_FORMATS = {".jpg": "jpeg", ".jpeg": "jpeg", ".png": "png", ".tif": "tiff", ".tiff": "tiff", ".bmp": "bmp"}
+FORMAT_NAMES = {"jpeg": "JPEG", "png": "PNG", "tiff": "TIFF", "bmp": "BMP"}
 
 
 def image_defect(path: Path, image_check: str = DEFAULT_IMAGE_CHECK) -> str | None:
@@ -23,24 +26,47 @@ def image_defect(path: Path, image_check: str = DEFAULT_IMAGE_CHECK) -> str | No
     "header" checks the format signature and that the file ends with the format's end marker (a
     truncated download loses it); odd files (data after the end marker) fall back to a full decode.
     """
+    return inspect_image(path, image_check)[0]
+
+
+def inspect_image(path: Path, image_check: str = DEFAULT_IMAGE_CHECK) -> tuple[str | None, str | None]:
+    """(why the image cannot be used or None, the format its content has or None when not sniffed).
+
+    The format comes from the content, never from the extension: "none" sniffs nothing.
+    """
     if image_check == "none":
-        return None
+        return None, None
     try:
         size = path.stat().st_size
         if size == 0:
-            return "empty file"
+            return "empty file", None
         with open(path, "rb") as handle:
             head = handle.read(16)
             handle.seek(max(0, size - _TAIL_BYTES))
             tail = handle.read()
     except OSError as exc:
-        return f"cannot be read ({exc.strerror})"
+        return f"cannot be read ({exc.strerror})", None
     kind = sniff_image_format(head)
     if kind is None:
-        return f"not an image (starts with bytes {head[:8].hex()})"
+        return f"not an image (starts with bytes {head[:8].hex()})", None
     if image_check == "full" or not _has_end_marker(kind, tail):
-        return _decode_defect(path)
-    return None
+        return _decode_defect(path), kind
+    return None, kind
+
+
+def extension_mismatch(rel: str, kind: str | None) -> str | None:
+    """A note when an image's content is not the format its extension names (a PNG saved as `.jpg`), else None.
+
+    Such a file decodes by its content, so it is kept; the note says the name is not to be trusted.
+    """
+    suffix = "." + rel.rsplit(".", 1)[-1] if "." in rel.rsplit("/", 1)[-1] else ""
+    expected = SUFFIX_FORMATS.get(suffix.lower())
+    if kind is None or expected is None or kind == expected:
+        return None
+    return (
+        f"image file {rel}: its content is {FORMAT_NAMES[kind]} but its extension {suffix!r} says "
+        f"{FORMAT_NAMES[expected]}; kept, since it decodes by its content"
+    )
 
 
 def sniff_image_format(head: bytes) -> str | None:

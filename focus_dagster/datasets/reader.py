@@ -1,8 +1,9 @@
 """The reader: what every dataset's reader does the same way once its label files are parsed.
 
 A subclass parses its publisher's label files into a `LabelTable`; `DatasetReader.read` then runs the
-checks every dataset shares (paths that leave the root, duplicate ids, missing or broken images) and
-splits the rows into kept records and quarantine.
+checks every dataset shares (paths that leave the root, as written or through symbolic links, duplicate
+ids, missing or broken images) and splits the rows into kept records and quarantine; kept images whose
+content is not their extension's format are listed in the image notes.
 """
 
 from __future__ import annotations
@@ -15,10 +16,17 @@ from typing import ClassVar
 
 import pandas as pd
 
-from focus_dagster.datasets.files import list_images
-from focus_dagster.datasets.images import DEFAULT_IMAGE_CHECK, IMAGE_CHECKS, image_defect
+from focus_dagster.datasets.files import links_leaving_root, list_images
+from focus_dagster.datasets.images import DEFAULT_IMAGE_CHECK, IMAGE_CHECKS, extension_mismatch, inspect_image
 from focus_dagster.datasets.marks import REASON, REASON_CODE, mark_rows, with_reason_columns
-from focus_dagster.datasets.records import QUARANTINE_COLUMNS, STANDARD_COLUMNS, LabelTable, ReadResult
+from focus_dagster.datasets.records import (
+    EXTENSION_MISMATCH,
+    NOTE_COLUMNS,
+    QUARANTINE_COLUMNS,
+    STANDARD_COLUMNS,
+    LabelTable,
+    ReadResult,
+)
 from focus_dagster.errors import DatasetLayoutError, EmptyDatasetError
 
 
@@ -62,15 +70,17 @@ def finalize(dataset: str, root: Path, table: LabelTable, image_check: str) -> R
     rows = _prepared_rows(table)
     listing = sorted({p for d in table.image_dirs for p in list_images(root, d, recursive=True)})
     rows = _mark_escaping_paths(rows)
+    rows = _mark_links_leaving_root(rows, root)
     _mark_duplicates(rows)
-    _mark_image_defects(rows, root, set(listing), image_check)
+    notes = _mark_image_defects(rows, root, set(listing), image_check)
 
     bad = rows[REASON].notna()
     quarantine = _quarantine_frame(dataset, rows[bad])
     records = _records_frame(rows[~bad])
     referenced = set(rows["image_path"])
     unlisted = [p for p in listing if p not in referenced]
-    return ReadResult(dataset, root, records, quarantine, unlisted, list(table.label_files))
+    image_notes = _notes_frame(dataset, rows, {i: n for i, n in notes.items() if not bad[i]})
+    return ReadResult(dataset, root, records, quarantine, unlisted, list(table.label_files), image_notes)
 
 
 def path_leaves_root(rel: str) -> bool:
@@ -102,6 +112,23 @@ def _mark_escaping_paths(rows: pd.DataFrame) -> pd.DataFrame:
     return mark_rows(rows, escaping, "path_escapes_root", reasons)
 
 
+def _mark_links_leaving_root(rows: pd.DataFrame, root: Path) -> pd.DataFrame:
+    """Quarantine rows whose image path stays inside the root as written but leaves it through a symbolic
+    link (the file, or a folder on its way, links elsewhere): only what lies inside the root is the dataset."""
+    live = rows[REASON].isna()
+    leaving = links_leaving_root(root, rows.loc[live, "image_path"])
+    if not leaving:
+        return rows
+    real_root = os.path.realpath(root)
+    mask = live & rows["image_path"].isin(leaving)
+    reasons = [
+        f"image path {p!r} leads through a symbolic link to {leaving[p]}, outside the dataset root {real_root}; "
+        "only files inside the root are accepted (copy the images into the root rather than linking them)"
+        for p in rows.loc[mask, "image_path"]
+    ]
+    return mark_rows(rows, mask, "path_escapes_root", reasons)
+
+
 def _mark_duplicates(rows: pd.DataFrame) -> None:
     """Identical repeated rows: keep the first. Repeated ids with different content: quarantine them all,
     because nothing says which version is right."""
@@ -124,8 +151,10 @@ def _mark_duplicates(rows: pd.DataFrame) -> None:
                 rows.at[i, REASON_CODE] = "conflicting_duplicate_id"
 
 
-def _mark_image_defects(rows: pd.DataFrame, root: Path, on_disk: set[str], image_check: str) -> None:
-    """Quarantine rows still live whose image is missing or fails `image_check`."""
+def _mark_image_defects(rows: pd.DataFrame, root: Path, on_disk: set[str], image_check: str) -> dict:
+    """Quarantine rows still live whose image is missing or fails `image_check`; return the notes on the
+    sound ones (row index -> note) whose content is not the format their extension names."""
+    notes = {}
     for i in rows.index[rows[REASON].isna()]:
         rel = rows.at[i, "image_path"]
         path = root / rel
@@ -133,24 +162,40 @@ def _mark_image_defects(rows: pd.DataFrame, root: Path, on_disk: set[str], image
             rows.at[i, REASON] = f"image file {rel} not found"
             rows.at[i, REASON_CODE] = "image_missing"
             continue
-        defect = image_defect(path, image_check)
+        defect, kind = inspect_image(path, image_check)
         if defect:
             rows.at[i, REASON] = f"image file {rel}: {defect}"
             rows.at[i, REASON_CODE] = "image_unreadable"
+            continue
+        note = extension_mismatch(rel, kind)
+        if note:
+            notes[i] = note
+    return notes
+
+
+def _notes_frame(dataset: str, rows: pd.DataFrame, notes: dict) -> pd.DataFrame:
+    noted = rows.loc[list(notes)]
+    texts = pd.Series(list(notes.values()), index=noted.index, dtype=object)
+    return _located_frame(dataset, noted, {"note_code": EXTENSION_MISMATCH, "note": texts}, NOTE_COLUMNS)
 
 
 def _quarantine_frame(dataset: str, bad: pd.DataFrame) -> pd.DataFrame:
+    return _located_frame(dataset, bad, {"reason_code": bad[REASON_CODE].astype(str),
+                                         "reason": bad[REASON].astype(str)}, QUARANTINE_COLUMNS)
+
+
+def _located_frame(dataset: str, rows: pd.DataFrame, extra: dict, columns: list[str]) -> pd.DataFrame:
+    """Rows named by where they came from (dataset, label file and row, image id and path), plus `extra`."""
     frame = pd.DataFrame(
         {
             "dataset": dataset,
-            "source_file": bad["source_file"].astype(str),
-            "source_row": bad["source_row"].astype("int64"),
-            "image_id": bad["image_id"].astype(str),
-            "image_path": bad["image_path"].astype(str),
-            "reason_code": bad[REASON_CODE].astype(str),
-            "reason": bad[REASON].astype(str),
+            "source_file": rows["source_file"].astype(str),
+            "source_row": rows["source_row"].astype("int64"),
+            "image_id": rows["image_id"].astype(str),
+            "image_path": rows["image_path"].astype(str),
+            **extra,
         },
-        columns=QUARANTINE_COLUMNS,
+        columns=columns,
     )
     return frame.reset_index(drop=True)
 

@@ -203,18 +203,21 @@ def _percentiles(replicates: np.ndarray, alpha: float = 0.05):
 # ------------------------------------------------------------------------------------------------- attributes
 
 
-def fairness_attributes(frame: pd.DataFrame, available: dict[str, bool]) -> dict[str, pd.Series | str]:
-    """Attribute -> group labels per row, or the reason the attribute cannot be analysed here."""
+def fairness_attributes(frame: pd.DataFrame, available: dict[str, bool],
+                        reasons: dict[str, str] | None = None) -> dict[str, pd.Series | str]:
+    """Attribute -> group labels per row, or the reason the attribute cannot be analysed here (`reasons`:
+    column -> why, for the columns not available; a generic reason otherwise)."""
+    reasons = reasons or {}
     out: dict[str, pd.Series | str] = {}
     for attribute, column in (("sex", "sex"), ("camera", "camera")):
-        out[attribute] = frame[column] if available.get(column) else _no_metadata(column)
+        out[attribute] = frame[column] if available.get(column) else reasons.get(column, _no_metadata(column))
     if available.get("age"):
         age = pd.to_numeric(frame["age"], errors="coerce")
         median = float(age.median()) if age.notna().any() else float("nan")
         out["age_median"] = age.map(lambda a: None if pd.isna(a) else (f"<{median:g}" if a < median else f">={median:g}"))
         out["age_band"] = age.map(_age_band)
     else:
-        out["age_median"] = out["age_band"] = _no_metadata("age")
+        out["age_median"] = out["age_band"] = reasons.get("age", _no_metadata("age"))
     return out
 
 
@@ -232,31 +235,43 @@ def _age_band(age) -> str | None:
 
 
 def metric_rows(predictions: pd.DataFrame, metadata: pd.DataFrame, coverage: dict[str, bool],
-                settings: Settings = Settings()) -> pd.DataFrame:
-    """Every metric row of the predictions' test split (metadata: image_id + age, sex, quality, camera)."""
+                settings: Settings = Settings(), axes: tuple[str, ...] = AXES,
+                reasons: dict[str, str] | None = None) -> pd.DataFrame:
+    """The metric rows of the predictions' test split on the chosen axes (metadata: image_id + age, sex,
+    quality, camera; coverage: column -> whether the axes group by it; reasons: column -> why not)."""
     test = predictions[predictions["split"] == "test"].merge(metadata, on="image_id", how="left")
     rows = []
     for key, frame in test.groupby(CONFIG_COLUMNS, dropna=False, sort=True):
         config = {c: (None if pd.isna(v) else v) for c, v in zip(CONFIG_COLUMNS, key)}
         y, s = frame["label"].to_numpy(dtype=int), frame["score"].to_numpy(dtype=float)
         threshold = frame["threshold"].iloc[0]
-        rows += configuration_rows(config, y, s, None if pd.isna(threshold) else float(threshold), settings)
-        if not _in_domain(config):
-            continue
-        for attribute, groups in fairness_attributes(frame, coverage).items():
+        if "performance" in axes:  # performance and calibration come from one bootstrap
+            rows += configuration_rows(config, y, s, None if pd.isna(threshold) else float(threshold), settings)
+        if _in_domain(config):
+            rows += _group_axes(config, frame, y, coverage, settings, axes, reasons or {})
+    return typed(pd.DataFrame(rows, columns=METRIC_COLUMNS))
+
+
+def _group_axes(config, frame, y, coverage, settings, axes, reasons) -> list:
+    """The fairness and quality rows of one in-domain configuration (those of the chosen axes)."""
+    rows = []
+    if "fairness" in axes:
+        for attribute, groups in fairness_attributes(frame, coverage, reasons).items():
             if isinstance(groups, str):
                 rows.append(_row(config, "fairness", "attribute", attribute, None, None, None, len(y), int(y.sum()),
                                  groups))
             else:
                 rows += group_rows(config, "fairness", attribute, frame, groups.reset_index(drop=True),
                                    settings, FAIRNESS_MIN_GROUP)
-        if coverage.get("quality"):
-            rows += group_rows(config, "quality", "quality", frame, frame["quality"].reset_index(drop=True),
-                               settings, QUALITY_MIN_GROUP, signed=("adequate", "inadequate"))
-        else:
-            rows.append(_row(config, "quality", "attribute", "quality", None, None, None, len(y), int(y.sum()),
-                             _no_metadata("quality")))
-    return typed(pd.DataFrame(rows, columns=METRIC_COLUMNS))
+    if "quality" not in axes:
+        return rows
+    if coverage.get("quality"):
+        rows += group_rows(config, "quality", "quality", frame, frame["quality"].reset_index(drop=True),
+                           settings, QUALITY_MIN_GROUP, signed=("adequate", "inadequate"))
+    else:
+        rows.append(_row(config, "quality", "attribute", "quality", None, None, None, len(y), int(y.sum()),
+                         reasons.get("quality", _no_metadata("quality"))))
+    return rows
 
 
 # A configuration without predictions is one row: its test AUROC, null, with the reason. AUROC because every

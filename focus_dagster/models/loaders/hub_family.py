@@ -3,7 +3,8 @@
 Weights come only from a local folder, through `from_pretrained(folder, local_files_only=True)`: the spec's
 `path`, or the already-populated local hub cache for its `source` (looked up offline). Every load is
 audited from the library's own loading info (missing / unexpected / shape-mismatched tensors against the
-folder's safetensors), and a backbone tensor left missing raises `CheckpointError`.
+folder's safetensors), and a backbone tensor left missing raises `CheckpointError`. So does a folder whose
+weights are a pickle that `torch.load(weights_only=True)` refuses: it is never loaded any other way.
 
 Zero-shot scoring needs `logit_scale` (on the LoadedEncoder) and, for SigLIP-family models, a
 `logit_bias`: it is carried by the text tower (`encoder.text.logit_bias`, None for CLIP). In the
@@ -25,7 +26,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 from focus_dagster.files import file_sha256  # noqa: E402
-from focus_dagster.models.audit import LoadReport
+from focus_dagster.models.audit import TORCH_SUFFIXES, LoadReport, is_pickle_refusal, pickle_refused
 from focus_dagster.models.base import LoadedEncoder
 from focus_dagster.models.quiet import quiet_transformers
 from focus_dagster.models.spec import (
@@ -145,10 +146,21 @@ def load_pretrained(model_class, spec: ModelSpec, folder: Path):
     quiet_transformers()
     try:
         model, info = model_class.from_pretrained(str(folder), **pretrained_kwargs(spec, folder))
-    except (OSError, RuntimeError, ValueError) as exc:
+    except Exception as exc:
+        if is_pickle_refusal(exc):
+            # Raised from None: PyTorch's advice to set weights_only=False must not reach the user as if it were ours.
+            raise pickle_refused(spec.id, _weights_files(folder), exc) from None
+        if not isinstance(exc, (OSError, RuntimeError, ValueError)):
+            raise
         raise CheckpointError(f"model {spec.id!r}: {folder} could not be loaded as {model_class.__name__}: {exc}") from exc
     report = loading_report(model, info, spec, folder)
     return model.eval(), report
+
+
+def _weights_files(folder: Path) -> str:
+    """The folder's pickled weights files, as an error names them."""
+    names = sorted(p.name for p in folder.iterdir() if p.suffix in TORCH_SUFFIXES)
+    return f"{folder} ({', '.join(names)})" if names else str(folder)
 
 
 def loading_report(model, info: dict, spec: ModelSpec, folder: Path) -> LoadReport:

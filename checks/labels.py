@@ -1,12 +1,12 @@
 """Great Expectations checks on the harmonised labels, one Dagster asset check per property.
 
-Blocking checks (label values, rule consistency, split leakage, row accounting) stop everything
+Blocking checks (label values, rule consistency, split leakage, row accounting, a test side) stop everything
 downstream of a dataset whose labels cannot be trusted; the others warn about what limits the analysis
 (missing metadata, no patient ids, tasks with too few positives, referable DR without any DR).
 
-The eight checks are evaluated in one step (a subsettable multi-asset check): each table is read once
-(four reads, where eight steps made twelve) and a step's start, resources and bookkeeping are paid once,
-not eight times. Each check keeps its own key, severity, blocking flag and automation condition, and any
+The label checks are evaluated in one step (a subsettable multi-asset check): each table is read once
+(four reads, where one step per check made twelve) and a step's start, resources and bookkeeping are paid
+once. Each check keeps its own key, severity, blocking flag and automation condition, and any
 subset of them can still be run on its own. A check that raises gets no verdict; the others still report
 theirs, then the step fails with its error.
 """
@@ -21,6 +21,7 @@ import pandas as pd
 from checks.conditions import WITH_ITS_ASSET
 from focus_dagster.labels import RULES
 from focus_dagster.labels import expectations as gx_checks
+from focus_dagster.labels import rule_sql
 from resources import FocusStorage, layout
 
 LABELS = dg.AssetKey("harmonised_labels")
@@ -64,11 +65,18 @@ class LabelCheck:
 
 
 def _rule_consistency(tables: LabelTables):
+    """Stored labels and the pipeline's rule functions, both against the independent SQL rules (datasets.md)."""
     labels, records = tables.labels, tables.records
+    kept = set(labels["image_id"].astype(str))
     recomputed = RULES[tables.key].task_labels(records)
     recomputed.insert(0, "image_id", records["image_id"].astype(str))
-    recomputed = recomputed[recomputed["image_id"].isin(set(labels["image_id"]))]
-    return gx_checks.check_rule_consistency(labels, recomputed.reset_index(drop=True))
+    recomputed = recomputed[recomputed["image_id"].isin(kept)]
+    independent = rule_sql.independent_labels(tables.key, records)
+    independent = independent[independent["image_id"].isin(kept)]
+    outcome = gx_checks.check_rule_consistency(labels, recomputed.reset_index(drop=True),
+                                               independent.reset_index(drop=True))
+    outcome.info["independent_rules_sql"] = dict(rule_sql.RULE_SQL[tables.key])
+    return outcome
 
 
 def _row_accounting(tables: LabelTables):
@@ -83,6 +91,8 @@ LABEL_CHECKS = [
     LabelCheck("split_leakage", True, lambda t: gx_checks.check_split_leakage(t.labels),
                gx_checks.check_split_leakage.__doc__),
     LabelCheck("row_accounting", True, _row_accounting, gx_checks.check_row_accounting.__doc__),
+    LabelCheck("split_has_test", True, lambda t: gx_checks.check_split_has_test(t.labels),
+               gx_checks.check_split_has_test.__doc__),
     # Warnings: the reference rules themselves give referable DR without any DR (edema at ICDR 0), and
     # metadata, patient ids and positives are properties of the dataset, not defects of the pipeline.
     LabelCheck("referable_implies_any_dr", False, lambda t: gx_checks.check_referable_implies_any(t.labels),

@@ -282,7 +282,8 @@ def _run_evaluation(defs, datasets: list[str], runner: _Runner) -> list[str]:
         if not result.success:
             failures.append(f"evaluation/{dataset}: {_failure_message(result)}")
             continue
-        rows += sum(meta.get("dagster/row_count", 0) for key, meta in _materialized(result).items() if key == "metrics")
+        rows += sum(meta.get("dagster/row_count", 0) for key, meta in _materialized(result).items()
+                    if key in ("metrics", "fairness_metrics", "quality_metrics"))
     _say(f"{'metrics':<16} {'all models and methods':<29} {rows:>6} rows over {len(datasets) - len(failures)} datasets")
     return failures
 

@@ -12,6 +12,43 @@ os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 SHARED_REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
 
 
+def under_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def require_reference(path: Path) -> Path:
+    """`path` under ../shared/reference, for a test that checks the code against a real published file.
+
+    Absent, the test is skipped on a workstation, but fails under CI (CI=true) with what is missing: a CI
+    run that silently skipped every check against the real files would pass while proving nothing.
+    """
+    path = Path(path)
+    if path.exists():
+        return path
+    message = (f"{path} is absent: this test checks the code against the real published file kept in "
+               f"../shared/reference (see its README).")
+    if under_ci():
+        pytest.fail(f"{message} Under CI (CI=true) the shared reference copy must be present: "
+                    f"mount or copy it next to the checkout.", pytrace=False)
+    pytest.skip(message)
+
+
+def needs_reference(path: Path):
+    """Mark a test that needs `path` of the shared reference copy (see `require_reference`)."""
+    return pytest.mark.shared_reference(Path(path))
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "shared_reference(path): needs this ../shared/reference file; skipped when absent, failed under CI")
+
+
+@pytest.fixture(autouse=True)
+def _shared_reference_present(request):
+    for mark in request.node.iter_markers("shared_reference"):
+        require_reference(mark.args[0])
+
+
 @pytest.fixture(scope="session")
 def synth_all(tmp_path_factory):
     """All ten look-alikes, small: (root folder, manifests by dataset key)."""

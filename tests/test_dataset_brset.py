@@ -9,7 +9,7 @@ import pytest
 
 from focus_dagster.datasets import read_dataset
 from focus_dagster.errors import DatasetLayoutError, EmptyDatasetError, LabelFileError
-from tests.conftest import SHARED_REFERENCE, copy_tree, link_stand_in_images
+from tests.conftest import SHARED_REFERENCE, copy_tree, link_stand_in_images, needs_reference
 
 
 @pytest.fixture
@@ -134,7 +134,7 @@ def test_unexpected_encoding_is_named(brset):
         read_dataset("brset", root)
 
 
-@pytest.mark.skipif(not (SHARED_REFERENCE / "brset_labels.csv").exists(), reason="shared reference copy absent")
+@needs_reference(SHARED_REFERENCE / "brset_labels.csv")
 def test_real_public_label_file_reads_every_row(tmp_path):
     """The published labels.csv (16,266 rows) reads completely, with the codes of datasets.md."""
     root = tmp_path / "brset"

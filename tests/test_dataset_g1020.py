@@ -13,7 +13,7 @@ import pytest
 from focus_dagster.datasets import read_dataset
 from focus_dagster.errors import DatasetLayoutError
 from focus_dagster.synthetic import g1020 as writer
-from tests.conftest import SHARED_REFERENCE, copy_tree
+from tests.conftest import SHARED_REFERENCE, copy_tree, needs_reference
 
 LABELS = "G1020/G1020.csv"
 REFERENCE_SPLIT = SHARED_REFERENCE / "published_splits" / "labels_splits_g1020.csv"
@@ -132,7 +132,7 @@ def test_writer_is_deterministic_with_real_prevalence(tmp_path):
     assert numbers.is_monotonic_increasing and numbers.max() > 200  # numbered with gaps, as published
 
 
-@pytest.mark.skipif(not REFERENCE_SPLIT.exists(), reason="shared reference copy absent")
+@needs_reference(REFERENCE_SPLIT)
 def test_image_ids_match_the_published_split_file(tmp_path):
     """On the published layout, the reader gives the split file's ids; its labels are 724 / 296."""
     split = pd.read_csv(REFERENCE_SPLIT, dtype=str, keep_default_na=False)

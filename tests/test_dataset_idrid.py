@@ -10,7 +10,7 @@ import pytest
 
 from focus_dagster.datasets import read_dataset
 from focus_dagster.errors import DatasetLayoutError
-from tests.conftest import SHARED_REFERENCE, copy_tree
+from tests.conftest import SHARED_REFERENCE, copy_tree, needs_reference
 
 REFERENCE_SPLIT = SHARED_REFERENCE / "published_splits" / "labels_splits_idrid.csv"
 PART = "B. Disease Grading"
@@ -121,7 +121,7 @@ def test_unknown_grade_and_escaping_name_are_quarantined(idrid):
     assert result.unlisted_images == [f"{FOLDERS['test']}/IDRiD_002.jpg"]
 
 
-@pytest.mark.skipif(not REFERENCE_SPLIT.exists(), reason="shared reference copy absent")
+@needs_reference(REFERENCE_SPLIT)
 def test_published_split_file_collision_defect_is_not_reproduced(tmp_path):
     """The published file puts every test image in train too; keyed by (split, name) they stay apart."""
     reference = pd.read_csv(REFERENCE_SPLIT, dtype=str, keep_default_na=False)

@@ -13,7 +13,7 @@ from focus_dagster.datasets import read_dataset
 from focus_dagster.datasets.jsiec1000 import CLASS_FOLDERS, image_id_of
 from focus_dagster.errors import DatasetLayoutError
 from focus_dagster.synthetic import jsiec1000 as writer
-from tests.conftest import SHARED_REFERENCE, copy_tree
+from tests.conftest import SHARED_REFERENCE, copy_tree, require_reference
 
 IMAGES = "1000images"
 DR_CLASSES = ("0.0.Normal", "0.3.DR1", "1.0.DR2", "1.1.DR3", "29.1.Blur fundus with suspected PDR")
@@ -127,8 +127,7 @@ def test_writer_is_deterministic_and_follows_class_counts(tmp_path):
 
 
 def test_class_folders_and_image_ids_match_the_published_split_file(tmp_path):
-    if not REFERENCE_SPLIT.exists():
-        pytest.skip("shared reference copy absent")
+    require_reference(REFERENCE_SPLIT)
     split = pd.read_csv(REFERENCE_SPLIT, dtype=str, keep_default_na=False)
     tails = split["image_path"].str.split("/JSIEC1000/", n=1).str[1]
     folders = tails.str.split("/").str[1]

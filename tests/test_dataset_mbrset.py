@@ -9,7 +9,7 @@ import pytest
 
 from focus_dagster.datasets import read_dataset
 from focus_dagster.errors import DatasetLayoutError
-from tests.conftest import SHARED_REFERENCE, copy_tree, link_stand_in_images
+from tests.conftest import SHARED_REFERENCE, copy_tree, link_stand_in_images, needs_reference
 
 
 @pytest.fixture
@@ -74,7 +74,7 @@ def test_missing_image_folder_is_a_layout_error(mbrset):
         read_dataset("mbrset", root)
 
 
-@pytest.mark.skipif(not (SHARED_REFERENCE / "mbrset_labels.csv").exists(), reason="shared reference copy absent")
+@needs_reference(SHARED_REFERENCE / "mbrset_labels.csv")
 def test_real_public_label_file_reads_every_row(tmp_path):
     root = tmp_path / "mbrset"
     root.mkdir()

@@ -12,7 +12,7 @@ import pytest
 from focus_dagster.datasets import read_dataset
 from focus_dagster.errors import DatasetLayoutError
 from focus_dagster.synthetic import messidor_2 as writer
-from tests.conftest import SHARED_REFERENCE, copy_tree
+from tests.conftest import SHARED_REFERENCE, copy_tree, needs_reference
 
 LABELS = "messidor_data.csv"
 IMAGES = "messidor-2/preprocess"
@@ -166,7 +166,7 @@ def test_writer_is_deterministic_and_keeps_real_proportions(tmp_path):
     assert raw["id_code"].str.endswith(".png").mean() == pytest.approx(writer.MESSIDOR_1_SHARE, abs=0.01)
 
 
-@pytest.mark.skipif(not REFERENCE_SPLIT.exists(), reason="shared reference copy absent")
+@needs_reference(REFERENCE_SPLIT)
 def test_image_ids_match_the_published_split_file(tmp_path):
     """Laid out as on the benchmark authors' disk (doubled folder), the reader gives their image ids."""
     split = pd.read_csv(REFERENCE_SPLIT, dtype=str, keep_default_na=False)

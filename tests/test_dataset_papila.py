@@ -20,7 +20,7 @@ from focus_dagster.datasets.papila import (
 from focus_dagster.errors import DatasetLayoutError, LabelFileError
 from focus_dagster.synthetic import papila as papila_writer
 from focus_dagster.synthetic.papila import write_clinical_workbook
-from tests.conftest import SHARED_REFERENCE, copy_tree
+from tests.conftest import SHARED_REFERENCE, copy_tree, needs_reference
 
 REFERENCE_SPLIT = SHARED_REFERENCE / "published_splits" / "labels_splits_papila.csv"
 RELEASE_FOLDER = "PapilaDB-PAPILA-17f8fa7746adb20275b5b6a0d99dc9dfe3007e9f"
@@ -162,7 +162,7 @@ def test_workbooks_are_byte_for_byte_reproducible(tmp_path):
         assert (first / rel).read_bytes() == (second / rel).read_bytes()
 
 
-@pytest.mark.skipif(not REFERENCE_SPLIT.exists(), reason="shared reference copy absent")
+@needs_reference(REFERENCE_SPLIT)
 def test_image_ids_and_paths_match_the_published_split_file(tmp_path):
     """Workbooks listing the published patients give exactly the published image ids and path tails."""
     reference = pd.read_csv(REFERENCE_SPLIT, dtype=str, keep_default_na=False)

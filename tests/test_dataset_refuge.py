@@ -13,7 +13,7 @@ import pytest
 from focus_dagster.datasets import read_dataset
 from focus_dagster.errors import DatasetLayoutError, LabelFileError
 from focus_dagster.synthetic import refuge as writer
-from tests.conftest import SHARED_REFERENCE, copy_tree
+from tests.conftest import SHARED_REFERENCE, copy_tree, needs_reference
 
 REFERENCE_SPLIT = SHARED_REFERENCE / "published_splits" / "labels_splits_refuge.csv"
 
@@ -155,7 +155,7 @@ def test_writer_is_deterministic_and_splits_evenly(tmp_path):
     assert labels == [1, 1] + [0] * 18
 
 
-@pytest.mark.skipif(not REFERENCE_SPLIT.exists(), reason="shared reference copy absent")
+@needs_reference(REFERENCE_SPLIT)
 def test_image_ids_match_the_published_split_file(tmp_path):
     """On the mirror layout of the benchmark authors' disk, the reader gives their image ids and labels."""
     split = pd.read_csv(REFERENCE_SPLIT, dtype=str, keep_default_na=False)

@@ -11,7 +11,7 @@ import pytest
 from focus_dagster.datasets import read_dataset
 from focus_dagster.datasets.rfmid import DISEASE_COLUMNS, PUBLISHED_COLUMNS
 from focus_dagster.errors import DatasetLayoutError
-from tests.conftest import SHARED_REFERENCE, copy_tree
+from tests.conftest import SHARED_REFERENCE, copy_tree, needs_reference
 
 REFERENCE_SPLIT = SHARED_REFERENCE / "published_splits" / "labels_splits_rfmid.csv"
 TRAIN_CSV = "Training_Set/Training_Set/RFMiD_Training_Labels.csv"
@@ -119,7 +119,7 @@ def test_unknown_flag_and_id_values_are_quarantined(rfmid):
     assert result.unlisted_images == [f"{FOLDERS['train']}/2.png"]
 
 
-@pytest.mark.skipif(not REFERENCE_SPLIT.exists(), reason="shared reference copy absent")
+@needs_reference(REFERENCE_SPLIT)
 def test_paths_match_the_published_split_file_and_ids_no_longer_collide(tmp_path):
     """Label files listing the published IDs give the published path tails; bare IDs repeat, ours do not."""
     reference = pd.read_csv(REFERENCE_SPLIT, dtype=str, keep_default_na=False)

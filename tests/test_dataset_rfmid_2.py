@@ -10,7 +10,7 @@ import pytest
 from focus_dagster.datasets import read_dataset
 from focus_dagster.datasets.rfmid_2 import PUBLISHED_COLUMNS
 from focus_dagster.errors import DatasetLayoutError
-from tests.conftest import SHARED_REFERENCE, copy_tree
+from tests.conftest import SHARED_REFERENCE, copy_tree, needs_reference
 
 REFERENCE_SPLIT = SHARED_REFERENCE / "published_splits" / "labels_splits_rfmid_2.csv"
 CSV = {"train": "Training_set/RFMiD_2_Training_labels.csv", "val": "Validation_set/RFMiD_2_Validation_labels.csv",
@@ -123,7 +123,7 @@ def test_unknown_flag_value_is_quarantined(rfmid_2):
     assert result.rows_read == manifest.label_rows
 
 
-@pytest.mark.skipif(not REFERENCE_SPLIT.exists(), reason="shared reference copy absent")
+@needs_reference(REFERENCE_SPLIT)
 def test_paths_and_extension_case_match_the_published_split_file(tmp_path):
     """Label files listing the published IDs, images named as published (`.jpg` and `.JPG`), read back exactly."""
     reference = pd.read_csv(REFERENCE_SPLIT, dtype=str, keep_default_na=False)

@@ -11,7 +11,7 @@ import pytest
 from focus_dagster.datasets import DATASET_KEYS, read_dataset
 from focus_dagster.labels import LABEL_COLUMNS, RULES, harmonise
 from focus_dagster.labels.splits import path_tail
-from tests.conftest import SHARED_REFERENCE, copy_tree, link_stand_in_images
+from tests.conftest import SHARED_REFERENCE, copy_tree, link_stand_in_images, needs_reference
 
 # Which tasks each dataset defines under the reference grid (datasets.md).
 TASK_GRID = {
@@ -167,7 +167,7 @@ def test_published_split_file_is_joined_and_disagreements_reported(harmonised, t
     assert joined.records_in == len(joined.labels) + len(joined.rejects)
 
 
-@pytest.mark.skipif(not (SHARED_REFERENCE / "brset_labels.csv").exists(), reason="shared reference copy absent")
+@needs_reference(SHARED_REFERENCE / "brset_labels.csv")
 def test_real_brset_with_the_published_split(tmp_path):
     root = tmp_path / "brset"
     root.mkdir()
@@ -185,7 +185,7 @@ def test_real_brset_with_the_published_split(tmp_path):
     assert result.split_report["images_absent_from_split_file"] == 0
 
 
-@pytest.mark.skipif(not (SHARED_REFERENCE / "mbrset_labels.csv").exists(), reason="shared reference copy absent")
+@needs_reference(SHARED_REFERENCE / "mbrset_labels.csv")
 def test_real_mbrset_with_the_published_split(tmp_path):
     root = tmp_path / "mbrset"
     root.mkdir()
@@ -219,18 +219,20 @@ def test_unknown_codes_reach_the_rejects_with_the_readers_reason(synth_all, tmp_
     assert result.records_in == len(result.labels) + 1
 
 
-@pytest.mark.skipif(not (SHARED_REFERENCE / "published_splits").exists(), reason="shared reference copy absent")
+@needs_reference(SHARED_REFERENCE / "published_splits")
 def test_the_idrid_split_file_defect_is_detected_not_reproduced(tmp_path):
-    """The reference split file lists the 103 test images under both splits and omits 103 training images."""
+    """The reference split file lists the 103 test images under both splits and omits 103 training images (their
+    rows carry the path of the test image with the same name): the conflicts are reported and take the native
+    split, so IDRiD keeps its published 413 train / 103 test instead of ending with no test side."""
     from focus_dagster.synthetic import synthesize
 
     synthesize(tmp_path, ["idrid"], per_dataset=516, seed=0, scale=0.015, workers=1)
     read = read_dataset("idrid", tmp_path / "idrid")
     result = harmonise("idrid", read.records, read.quarantine, splits_dir=SHARED_REFERENCE / "published_splits")
     assert result.split_report["images_with_conflicting_splits"] == 103
-    assert result.split_report["images_absent_from_split_file"] == 103
-    conflicting = result.rejects[result.rejects["reason_code"] == "split:conflicting"]
-    assert conflicting["image_id"].str.startswith("test/").all()
-    assert "puts this image in test and train" in conflicting["reason"].iloc[0]
+    assert result.split_report["conflicts_given_the_native_split"] == 103
+    assert result.split_report["images_displaced_by_a_namesake"] == 103
+    assert result.split_report["images_absent_from_split_file"] == 0
+    assert result.labels["split"].value_counts().to_dict() == {"train": 413, "test": 103}
     native = harmonise("idrid", read.records, read.quarantine)  # without the file: the native split
     assert native.labels["split"].value_counts().to_dict() == {"train": 413, "test": 103}

@@ -26,9 +26,10 @@ SETTLE_TICKS = 3  # consecutive ticks that request nothing, with no run waiting 
 TIMEOUT = 420
 LABELS_FILE = Path("B. Disease Grading") / "2. Groundtruths" / "a. IDRiD_Disease Grading_Training Labels.csv"
 REFRESHED = {"dataset_records", "harmonised_labels", "label_rejects", "image_embeddings", "probe_predictions",
-             "predictions", "metrics", "cross_dataset_metrics", "leaderboard"}
+             "predictions", "metrics", "group_attributes", "fairness_metrics", "quality_metrics",
+             "cross_dataset_metrics", "leaderboard"}
 LABEL_CHECKS = {"quarantine_rate", "label_values", "rule_consistency", "split_leakage", "row_accounting",
-                "referable_implies_any_dr", "metadata_coverage", "patient_ids", "degenerate_tasks"}
+                "referable_implies_any_dr", "metadata_coverage", "patient_ids", "degenerate_tasks", "split_has_test"}
 
 
 @pytest.fixture

@@ -35,6 +35,7 @@ __all__ = [
     "check_referable_implies_any",
     "check_row_accounting",
     "check_rule_consistency",
+    "check_split_has_test",
     "check_split_leakage",
 ]
 
@@ -97,44 +98,58 @@ def check_label_values(labels: pd.DataFrame) -> CheckOutcome:
     return _outcome("label_values", verdicts, checked=len(labels), examples=examples)
 
 
-def check_rule_consistency(labels: pd.DataFrame, recomputed: pd.DataFrame) -> CheckOutcome:
-    """The stored labels are exactly what the label rules give when run again on the source records.
+def check_rule_consistency(labels: pd.DataFrame, recomputed: pd.DataFrame,
+                           independent: pd.DataFrame | None = None) -> CheckOutcome:
+    """The stored labels are what the dataset's documented rules give on the source records.
 
-    Images are matched by image_id. For each task the stored and recomputed values must agree wherever
-    either is defined: an empty label that became 0 (or the reverse) is a disagreement, because "not
-    defined" must never turn into "negative". An image present on one side only is a disagreement too, and
-    so is an image_id that appears twice, since its labels cannot be matched.
+    Images are matched by image_id. `independent` holds the labels given by an independent transcription
+    of each rule (SQL over the native columns, written from datasets.md: `focus_dagster.labels.rule_sql`);
+    when present, the stored labels and the labels `recomputed` with the pipeline's own rule functions must
+    both agree with it, so a wrong rule (a wrong threshold, a swapped column) fails the check instead of
+    being confirmed by itself. Without it, stored and recomputed labels are compared with each other. For
+    each task the values must agree wherever either is defined: an empty label that became 0 (or the
+    reverse) is a disagreement, because "not defined" must never turn into "negative". An image present on
+    one side only is a disagreement too, and so is an image_id that appears twice, since its labels cannot
+    be matched.
     """
     _require_columns(recomputed, ("image_id", *TASKS), "recomputed labels",
                      "recompute every task from the source records before comparing")
     _require_columns(labels, ("image_id", *TASKS), "harmonised labels",
                      "pass the full harmonised table")
     joined = _join_stored_and_recomputed(labels, recomputed)
+    # Each pair (A, B) of label columns that must agree; the reference side is B.
+    pairs = [("stored", "recomputed")]
+    if independent is not None:
+        _require_columns(independent, ("image_id", *TASKS), "independent labels",
+                         "evaluate every task with the independent (SQL) rules before comparing")
+        joined = _join_independent(joined, independent)
+        pairs = [("stored", "independent"), ("recomputed", "independent")]
     expect = gx.expect()
     expectations = [
         expect.ExpectColumnValuesToBeInSet(column="presence", value_set=["both"]),
         expect.ExpectColumnValuesToBeUnique(column="image_id"),
     ]
     # Tasks are compared only on images both sides have; one-sided images are counted once, above.
+    compared = [(task, a, b) for a, b in pairs for task in TASKS]
     expectations += [
         expect.ExpectColumnPairValuesToBeEqual(
-            column_A=f"{task}_stored", column_B=f"{task}_recomputed", ignore_row_if="both_values_are_missing",
+            column_A=f"{task}_{a}", column_B=f"{task}_{b}", ignore_row_if="both_values_are_missing",
             row_condition='presence=="both"', condition_parser="pandas")
-        for task in TASKS
+        for task, a, b in compared
     ]
     verdicts = gx.validate("rule_comparison", joined, expectations, ["image_id"])
     presence, unique, *tasks = verdicts
     examples = _interleave([
         [{"image_id": r.get("image_id"), "problem": r.get("presence")} for r in presence.rows],
         [{"image_id": r.get("image_id"), "problem": "image_id appears more than once"} for r in unique.rows],
-        *(_mismatch_examples(task, v) for task, v in zip(TASKS, tasks, strict=True)),
+        *(_mismatch_examples(task, v, a, b) for (task, a, b), v in zip(compared, tasks, strict=True)),
     ])
     return _outcome("rule_consistency", verdicts, checked=len(joined), examples=examples)
 
 
-def _mismatch_examples(task: str, verdict: Verdict) -> list[dict]:
-    return [{"image_id": r.get("image_id"), "column": task, "stored": _label(r.get(f"{task}_stored")),
-             "recomputed": _label(r.get(f"{task}_recomputed"))} for r in verdict.rows]
+def _mismatch_examples(task: str, verdict: Verdict, a: str = "stored", b: str = "recomputed") -> list[dict]:
+    return [{"image_id": r.get("image_id"), "column": task, a: _label(r.get(f"{task}_{a}")),
+             b: _label(r.get(f"{task}_{b}"))} for r in verdict.rows]
 
 
 def check_referable_implies_any(labels: pd.DataFrame) -> CheckOutcome:
@@ -282,6 +297,16 @@ def _join_stored_and_recomputed(labels: pd.DataFrame, recomputed: pd.DataFrame) 
     return joined.astype({c: "float64" for c in task_columns})
 
 
+def _join_independent(joined: pd.DataFrame, independent: pd.DataFrame) -> pd.DataFrame:
+    """The stored/recomputed comparison with the independent labels added as `<task>_independent`."""
+    other = independent[["image_id", *TASKS]].rename(columns={t: f"{t}_independent" for t in TASKS})
+    out = joined.merge(other, on="image_id", how="outer", indicator="_independent_side")
+    side = out.pop("_independent_side").astype(str)
+    out.loc[side == "right_only", "presence"] = "missing from the stored and recomputed labels"
+    out.loc[(side == "left_only") & (out["presence"] == "both"), "presence"] = "missing from the independent labels"
+    return out.astype({f"{t}_independent": "float64" for t in TASKS})
+
+
 def _splits_by_group(labels: pd.DataFrame, key: str) -> pd.DataFrame:
     """The distinct (key, split) pairs, rows without the key left out (they cannot be grouped)."""
     if key not in labels.columns or "split" not in labels.columns:
@@ -381,3 +406,18 @@ def _label(value):
     """A task label as 0, 1 or None (GX hands back floats and NaN)."""
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else int(value)
 
+
+def check_split_has_test(labels: pd.DataFrame) -> CheckOutcome:
+    """The dataset keeps at least one image on the test side, so that it can be scored at all.
+
+    A split that leaves no test image (the reference IDRiD split file, read as published, gives 310 train
+    and 0 test images) would let the dataset vanish from the metrics without an error. The images are
+    counted per split (train, val, test, always all three); the test count must be at least one.
+    """
+    split = labels["split"].astype(object) if "split" in labels.columns else pd.Series(dtype=object)
+    counts = {s: int((split == s).sum()) for s in SPLITS}
+    frame = pd.DataFrame({"split": ["test"], "images": [counts["test"]]}).astype({"images": "int64"})
+    expectation = gx.expect().ExpectColumnValuesToBeBetween(column="images", min_value=1)
+    verdicts = gx.validate("split_sizes", frame, [expectation], ["split"])
+    examples = [] if verdicts[0].success else [{"split": "test", "images": 0, "images_per_split": counts}]
+    return _outcome("split_has_test", verdicts, checked=1, examples=examples, info={"images_per_split": counts})

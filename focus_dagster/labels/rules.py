@@ -12,7 +12,8 @@ and a description the UI shows. A rule has three parts:
   codes (sex codes differ per dataset: BRSET 1 = male, mBRSET 1 = male, PAPILA 0 = male).
 
 Rules follow the reference benchmark exactly (see datasets.md); the consistency check recomputes every
-label from the stored records with these same functions.
+label from the stored records with these functions and with an independent SQL form of each rule
+(focus_dagster/labels/rule_sql.py), and requires all three to agree.
 """
 
 from __future__ import annotations
@@ -112,7 +113,9 @@ def icdr_tasks(grade: Callable[[Frame], Series], edema: Callable[[Frame], Series
     """Any DR = ICDR >= 1; referable DR = ICDR >= 2 or macular edema (both null where the grade is blank)."""
     return {
         "any_dr": lambda r: defined_where(grade(r) >= 1, grade(r).notna()),
-        "referable_dr": lambda r: defined_where((grade(r) >= 2) | edema(r), grade(r).notna()),
+        # A blank edema flag is no edema (datasets.md): False, so that `|` never turns a graded image into null.
+        "referable_dr": lambda r: defined_where((grade(r) >= 2) | edema(r).fillna(False).astype(bool),
+                                                grade(r).notna()),
     }
 
 

@@ -8,9 +8,15 @@
    reported against a stated tolerance rather than forced (see `seeded_split`).
 
 Published files are joined on the image's path tail (folder + file name), which is unambiguous even where
-native names repeat across splits (IDRiD, RFMiD); BRSET and mBRSET files are joined on their own keys.
+native names repeat across splits (IDRiD, RFMiD); BRSET and mBRSET files are joined as their README says,
+on (patient_id, image_id) and (patient, file): an image the file lists under another patient is not
+assigned (`split:patient_disagrees`) and counted in `patient_disagreements`.
 Every disagreement is reported: split rows naming no harmonised image, harmonised images the file omits,
-and images the file puts in two splits.
+and images the file puts in two splits. Where the dataset has a native split (IDRiD), an image the file
+puts in two splits takes its native split instead, and so does an image the file omits because its row
+was given the path of a namesake in another split (the reference IDRiD file's name collision: 103 test
+images listed as both train and test, 103 training images displaced); both are counted in the report,
+so that the file's defect is reported without leaving the dataset without a test side.
 """
 
 from __future__ import annotations
@@ -93,15 +99,45 @@ def published_split(dataset: str, labels: pd.DataFrame, records: pd.DataFrame, p
     conflicting = {k for k, v in per_key.items() if len(v) > 1}
     single = {k: v[0] for k, v in per_key.items() if len(v) == 1}
     split = ours.map(single)
-    unassigned, codes = {}, {}
-    for image_id, key in zip(labels["image_id"], ours):
+    native = _native_benchmark_split(dataset, labels, records)
+    # Patients the file gives each image (BRSET, mBRSET), to tell a patient disagreement from an absence.
+    file_patients = (published.groupby(published["image_key"])["patient_key"].agg(lambda s: sorted(set(s)))
+                     if "image_key" in published else None)
+    our_image_keys = _our_image_keys(dataset, labels, records) if file_patients is not None else None
+    # Native names (file stems) the file lists, with the path tails it lists them under (the IDRiD collision).
+    named = (published.assign(stem=published["image_id"].map(_stem)).groupby("stem")["key"].agg(set)
+             if native is not None and "image_id" in published and "image_path" in published else None)
+    unassigned, codes, resolved, displaced, disagreements = {}, {}, [], [], []
+    for position, (image_id, key) in enumerate(zip(labels["image_id"], ours)):
+        index = labels.index[position]
         if key in conflicting:
+            if native is not None and pd.notna(native.loc[index]):
+                split.loc[index] = native.loc[index]
+                resolved.append({"image_id": image_id, "split_file": per_key[key], "native": native.loc[index]})
+                continue
             unassigned[image_id] = f"{path.name} puts this image in {' and '.join(per_key[key])}"
             codes[image_id] = "split:conflicting"
         elif key not in per_key:
-            unassigned[image_id] = f"absent from {path.name}"
-            codes[image_id] = "split:absent_from_split_file"
+            image_key = our_image_keys.iloc[position] if our_image_keys is not None else None
+            stem = _stem(labels["image_path"].iloc[position])
+            if file_patients is not None and image_key in file_patients.index:
+                listed = ", ".join(file_patients[image_key])
+                unassigned[image_id] = (f"{path.name} lists this image under patient {listed}, the label file "
+                                        f"under patient {key.split(KEY_SEPARATOR)[0]}")
+                codes[image_id] = "split:patient_disagrees"
+                disagreements.append({"image_id": image_id, "split_file_patient": listed,
+                                      "label_file_patient": key.split(KEY_SEPARATOR)[0]})
+            elif named is not None and stem in named.index and pd.notna(native.loc[index]):
+                split.loc[index] = native.loc[index]
+                displaced.append({"image_id": image_id, "split_file_path_tails": sorted(named[stem]),
+                                  "native": native.loc[index]})
+            else:
+                unassigned[image_id] = f"absent from {path.name}"
+                codes[image_id] = "split:absent_from_split_file"
     unmatched = set(per_key.index) - set(ours)
+    if file_patients is not None:  # rows naming an image of ours under another patient are counted above
+        our_images = set(our_image_keys)
+        unmatched = {k for k in unmatched if k.split(KEY_SEPARATOR, 1)[1] not in our_images}
     rejected_earlier = sorted(unmatched & set(our_keys(dataset, records, records)))
     unknown = sorted(unmatched - set(rejected_earlier))
     report = {
@@ -110,9 +146,46 @@ def published_split(dataset: str, labels: pd.DataFrame, records: pd.DataFrame, p
         "split_file_images_the_dataset_lacks": len(unknown),
         "examples_the_dataset_lacks": unknown[:10],
         "images_absent_from_split_file": sum(c == "split:absent_from_split_file" for c in codes.values()),
-        "images_with_conflicting_splits": sum(c == "split:conflicting" for c in codes.values()),
+        "images_with_conflicting_splits": sum(c == "split:conflicting" for c in codes.values()) + len(resolved),
+        "conflicts_given_the_native_split": len(resolved),
+        "images_displaced_by_a_namesake": len(displaced),
+        "examples_of_conflicts": (resolved + displaced)[:10],
     }
+    if file_patients is not None:
+        report["join_key"] = "(patient_id, image_id)" if dataset == "brset" else "(patient, file)"
+        report["patient_disagreements"] = len(disagreements)
+        report["examples_of_patient_disagreements"] = disagreements[:10]
     return SplitAssignment(split, "published", str(path), unassigned, codes, report)
+
+
+KEY_SEPARATOR = "\x1f"
+PATIENT_COLUMN = {"brset": "patient_id", "mbrset": "patient"}
+
+
+def _stem(path: str) -> str:
+    """The file name without its extension (`IDRiD_001` for `.../b. Testing Set/IDRiD_001.jpg` and `IDRiD_001`)."""
+    name = str(path).replace("\\", "/").rsplit("/", 1)[-1]
+    return name.rsplit(".", 1)[0] if "." in name else name
+
+
+def _patient_key(values: pd.Series) -> pd.Series:
+    """Patient ids as compared across files: stripped, and `7`, `007` and `7.0` read as one integer."""
+    text = values.astype(object).where(values.notna(), "").astype(str).str.strip()
+    numeric = text.str.fullmatch(r"\d+(\.0+)?")
+    return text.where(~numeric, text.str.split(".").str[0].str.lstrip("0").replace("", "0"))
+
+
+def _native_benchmark_split(dataset: str, labels: pd.DataFrame, records: pd.DataFrame) -> pd.Series | None:
+    if dataset not in NATIVE_SPLIT_MAP or "native_split" not in records:
+        return None
+    native = labels["image_id"].map(records.set_index("image_id")["native_split"])
+    return native.map(NATIVE_SPLIT_MAP[dataset])
+
+
+def _our_image_keys(dataset: str, labels: pd.DataFrame, records: pd.DataFrame) -> pd.Series:
+    if dataset == "mbrset":
+        return labels["image_id"].map(records.set_index("image_id")["file"]).astype(str)
+    return labels["image_id"].astype(str)
 
 
 def read_split_file(path: Path, dataset: str) -> pd.DataFrame:
@@ -121,7 +194,8 @@ def read_split_file(path: Path, dataset: str) -> pd.DataFrame:
     text = decode_label_bytes(path.read_bytes(), str(path), dataset, ("utf-8-sig", "latin-1"))
     frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
     frame = frame.rename(columns=normalise_header)
-    required = {"brset": ["image_id", "split"], "mbrset": ["file", "split"]}.get(dataset, ["image_path", "split"])
+    required = {"brset": ["patient_id", "image_id", "split"], "mbrset": ["patient", "file", "split"]}.get(
+        dataset, ["image_path", "split"])
     missing = [c for c in required if c not in frame]
     if missing:
         raise DatasetLayoutError(
@@ -132,19 +206,17 @@ def read_split_file(path: Path, dataset: str) -> pd.DataFrame:
 
 
 def published_keys(dataset: str, published: pd.DataFrame, path: Path) -> pd.Series:
-    if dataset == "brset":
-        return published["image_id"]
-    if dataset == "mbrset":
-        return published["file"]
+    """The join key of each split-file row; BRSET and mBRSET also get `patient_key` and `image_key` columns."""
+    if dataset in PATIENT_COLUMN:
+        published["patient_key"] = _patient_key(published[PATIENT_COLUMN[dataset]])
+        published["image_key"] = published["image_id" if dataset == "brset" else "file"]
+        return published["patient_key"] + KEY_SEPARATOR + published["image_key"]
     return published["image_path"].map(path_tail)
 
 
 def our_keys(dataset: str, labels: pd.DataFrame, records: pd.DataFrame) -> pd.Series:
-    if dataset == "brset":
-        return labels["image_id"]
-    if dataset == "mbrset":
-        files = records.set_index("image_id")["file"]
-        return labels["image_id"].map(files)
+    if dataset in PATIENT_COLUMN:
+        return _patient_key(labels["patient_id"]) + KEY_SEPARATOR + _our_image_keys(dataset, labels, records)
     return labels["image_path"].map(path_tail)
 
 

@@ -20,9 +20,10 @@ demo: $(INSTALLED)
 	$(BIN)/focus demo
 
 # The layering contracts (pyproject.toml, [tool.importlinter]) first: a broken layer fails in seconds.
+# Two workers, each taking whole test files (module fixtures are built once): 8.7 min instead of 13 on 2 cores.
 test: $(INSTALLED)
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 ui: $(INSTALLED)
 	$(BIN)/focus ui

@@ -325,9 +325,9 @@ def _unusable(stamp: dict | None, labels_stamp: dict | None, asset: str, model: 
 
 
 def _labels_version_used(stamp: dict) -> str | None:
-    """The labels version a model output rests on (probes: their own labels input, which must match the
-    embeddings' too, else None)."""
-    versions = {lineage.fact(stamp, "inputs", name, "version") for name in ("labels",)}
+    """The labels version a model output rests on (probes and zero-shot scores: their own labels input, which
+    must match the embeddings' too, else None)."""
+    versions = {lineage.fact(stamp, "inputs", "labels", "version")}
     below = lineage.fact(stamp, "inputs", "embeddings")
     if below is not None:
         versions.add(lineage.fact(below, "inputs", "labels", "version"))

@@ -11,7 +11,7 @@ the run and across refresh ticks, while `metrics` goes on.
 import dagster as dg
 
 from assets.automation import GATED_EAGER
-from assets.evaluation import EVALUATION_GROUP, MetricsConfig
+from assets.evaluation import EVALUATION_GROUP, VALUE_COLUMNS, MetricsConfig
 from checks.conditions import WITH_ITS_ASSET
 from focus_dagster import lineage
 from focus_dagster.evaluation.predictions import with_lineage
@@ -113,7 +113,7 @@ def _axis_asset(datasets: dg.StaticPartitionsDefinition, axis: str, what: str):
         partition = layout.axis_partition(dataset, axis)
         table = with_lineage(rows, samples, context.run_id).assign(partition=partition)
         stamp = lineage.stamp(f"{axis}_metrics", dataset, context.run_id,
-                              lineage.frame_version(table, ["metric_id", "value", "ci_low", "ci_high", "reason"]),
+                              lineage.frame_version(table, VALUE_COLUMNS),
                               code_version=code_version(),
                               inputs={"predictions": predictions_stamp, "attributes": attributes_stamp})
         storage.replace_partition(layout.METRICS, partition, table, stamp=stamp)

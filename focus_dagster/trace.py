@@ -91,8 +91,7 @@ class _State:
             return self._parquet_stamp(artifact)
         if not self._has(layout.CURRENT):
             return None
-        row = self.con.execute(f"SELECT s.stamp FROM {layout.CURRENT} c JOIN {layout.STAMPS} s USING (stamp_id) "
-                               "WHERE c.asset = ? AND c.partition = ?", [asset, partition or ""]).fetchone()
+        row = self.con.execute(layout.CURRENT_STAMP_SQL, [asset, partition or ""]).fetchone()
         return lineage.loads(row[0]) if row else None
 
     def _json(self, rel: str) -> dict | None:

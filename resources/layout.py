@@ -55,6 +55,9 @@ ATTRIBUTES = Table("labels", "attributes", "dataset")
 # each asset partition holds now, both written in the transaction that writes the data.
 STAMPS = Table("lineage", "stamps")
 CURRENT = Table("lineage", "current")
+# The stamp of what one asset partition holds now (parameters: asset, partition), for every reader of it.
+CURRENT_STAMP_SQL = (f"SELECT s.stamp FROM {CURRENT.qualified} c JOIN {STAMPS.qualified} s USING (stamp_id) "
+                     "WHERE c.asset = ? AND c.partition = ?")
 TABLES = (QUARANTINE, UNLISTED_IMAGES, IMAGE_NOTES, LABELS, LABEL_REJECTS, ATTRIBUTES, ZERO_SHOT, SAMPLES, UNAVAILABLE, METRICS,
           STAMPS, CURRENT)
 

@@ -261,8 +261,7 @@ def _keep_stamp(con, value: dict) -> None:
 
 
 def _current_stamp(con, asset: str, partition: str) -> dict | None:
-    row = con.execute(f"SELECT s.stamp FROM {layout.CURRENT} c JOIN {layout.STAMPS} s USING (stamp_id) "
-                      "WHERE c.asset = ? AND c.partition = ?", [asset, partition or ""]).fetchone()
+    row = con.execute(layout.CURRENT_STAMP_SQL, [asset, partition or ""]).fetchone()
     return lineage.loads(row[0]) if row else None
 
 

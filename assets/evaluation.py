@@ -207,7 +207,9 @@ def _predictions_asset(datasets: dg.StaticPartitionsDefinition, specs: dict):
                                      configuration={"model": key[0], "method": key[1]})
                   for key, source in sources.items()}
         ids = {key: lineage.stamp_id(value) for key, value in stamps.items()}
-        frame["lineage_id"] = [ids[key] for key in zip(frame["model"], frame["method"])]
+        # As text even with no rows: an empty column would be typed as numbers in a table created from it.
+        frame["lineage_id"] = pd.Series([ids[key] for key in zip(frame["model"], frame["method"])],
+                                        index=frame.index, dtype=object)
         frame["predictions_version"] = version
         frame["partition"] = dataset
         gaps = [{**row, "lineage_id": ids[row["model"], row["method"]]} for row in gaps]
@@ -455,7 +457,9 @@ def _cross_dataset_asset(specs: dict, encoders: list[str], registered: list[str]
                                      configuration={"model": key[0], "train_dataset": key[1], "dataset": key[2]})
                   for key, inputs in pairs.items()}
         ids = {key: lineage.stamp_id(value) for key, value in stamps.items()}
-        samples["lineage_id"] = [ids[key] for key in zip(samples["model"], samples["train_dataset"], samples["dataset"])]
+        samples["lineage_id"] = pd.Series(
+            [ids[key] for key in zip(samples["model"], samples["train_dataset"], samples["dataset"])],
+            index=samples.index, dtype=object)
         samples["predictions_version"] = version
         samples["partition"] = layout.CROSS_PARTITION
         gaps = [{**row, "lineage_id": ids[row["model"], row["train_dataset"], row["dataset"]]} for row in gaps]

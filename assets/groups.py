@@ -61,6 +61,9 @@ def _attributes_asset(datasets: dg.StaticPartitionsDefinition):
         description=ATTRIBUTES_DESCRIPTION,
         check_specs=[dg.AssetCheckSpec(
             "attribute_coverage", asset="group_attributes", blocking=True, automation_condition=WITH_ITS_ASSET,
+            # Partitioned like its asset: each dataset has its own verdict, and one dataset's pass cannot
+            # stand for another's failure at the gates downstream.
+            partitions_def=datasets,
             description=f"Every attribute the dataset's publisher provides is set on at least {COVERAGE_FLOOR:.0%} of "
             "the test images (Great Expectations); attributes it does not publish pass as not applicable. A failure "
             "blocks fairness_metrics and quality_metrics of the dataset, not metrics.",

@@ -80,6 +80,7 @@ def _questions_asset(datasets: dg.StaticPartitionsDefinition, book: QuestionBook
         description=QUESTIONS_DESCRIPTION,
         check_specs=[dg.AssetCheckSpec(
             "no_label_leak", asset="yes_no_questions", blocking=True, automation_condition=WITH_ITS_ASSET,
+            partitions_def=datasets,  # each dataset's own verdict
             description="No question shows the model a column that defines its label, a file name that may encode "
             "it, or per-image context whose values decide it. A leak fails here and blocks token_probabilities.",
         )],
@@ -149,7 +150,7 @@ def _token_probabilities_asset(partitions: dg.MultiPartitionsDefinition, book: Q
         kinds={"pytorch", "parquet"},
         automation_condition=GATED_EAGER,
         description=TOKEN_PROBABILITIES_DESCRIPTION,
-        check_specs=[checkpoint_audit_spec("token_probabilities")],
+        check_specs=[checkpoint_audit_spec("token_probabilities", partitions)],
     )
     def token_probabilities(
         context: dg.AssetExecutionContext, config: YesNoRunConfig, datasets: DatasetRoots, models: ModelHub,

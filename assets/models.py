@@ -66,7 +66,7 @@ def _embeddings_asset(partitions: dg.MultiPartitionsDefinition):
         kinds={"pytorch", "parquet"},
         automation_condition=GATED_EAGER,
         description=EMBEDDINGS_DESCRIPTION,
-        check_specs=[checkpoint_audit_spec("image_embeddings")],
+        check_specs=[checkpoint_audit_spec("image_embeddings", partitions)],
     )
     def image_embeddings(
         context: dg.AssetExecutionContext, datasets: DatasetRoots, models: ModelHub, storage: FocusStorage
@@ -152,9 +152,11 @@ def image_files(datasets: DatasetRoots, dataset: str, labels: pd.DataFrame) -> l
     return [(image_id, str(root / path)) for image_id, path in zip(labels["image_id"], labels["image_path"])]
 
 
-def checkpoint_audit_spec(asset: str) -> dg.AssetCheckSpec:
+def checkpoint_audit_spec(asset: str, partitions: dg.PartitionsDefinition) -> dg.AssetCheckSpec:
+    """The audit of one (dataset, model) partition: partitioned like its asset, so that one model's failed load
+    blocks that model's outputs only, and another's clean load cannot stand for it at the gates downstream."""
     return dg.AssetCheckSpec(
-        "checkpoint_audit", asset=asset, blocking=True, automation_condition=WITH_ITS_ASSET,
+        "checkpoint_audit", asset=asset, blocking=True, automation_condition=WITH_ITS_ASSET, partitions_def=partitions,
         description="Every tensor of the model was filled from its checkpoint (matched / missing / unexpected "
         "counts in the metadata). A partial load fails here and blocks everything downstream.",
     )

@@ -19,6 +19,7 @@ import dagster as dg
 import pandas as pd
 
 from checks.conditions import WITH_ITS_ASSET
+from checks.partitions import evaluate_partitions
 from focus_dagster.labels import RULES
 from focus_dagster.labels import expectations as gx_checks
 from focus_dagster.labels import rule_sql
@@ -65,17 +66,19 @@ class LabelCheck:
 
 
 def _rule_consistency(tables: LabelTables):
-    """Stored labels and the pipeline's rule functions, both against the independent SQL rules (datasets.md)."""
+    """Stored labels and the pipeline's rule functions, both against the independent SQL rules (datasets.md),
+    and the images kept against the independent SQL subset (with the rejects, for split reasons)."""
     labels, records = tables.labels, tables.records
     kept = set(labels["image_id"].astype(str))
     recomputed = RULES[tables.key].task_labels(records)
     recomputed.insert(0, "image_id", records["image_id"].astype(str))
     recomputed = recomputed[recomputed["image_id"].isin(kept)]
-    independent = rule_sql.independent_labels(tables.key, records)
-    independent = independent[independent["image_id"].isin(kept)]
+    # Every record, with its subset verdict: the check compares labels on the kept ones only.
+    independent = rule_sql.independent_labels(tables.key, records, subset=True)
     outcome = gx_checks.check_rule_consistency(labels, recomputed.reset_index(drop=True),
-                                               independent.reset_index(drop=True))
+                                               independent.reset_index(drop=True), rejects=tables.rejects)
     outcome.info["independent_rules_sql"] = dict(rule_sql.RULE_SQL[tables.key])
+    outcome.info["independent_subset_sql"] = rule_sql.SUBSET_SQL.get(tables.key, "TRUE (no subset rule)")
     return outcome
 
 
@@ -129,7 +132,9 @@ def build_label_checks(partitions: dg.PartitionsDefinition) -> list:
     )
     def harmonised_labels_checks(context: dg.AssetCheckExecutionContext, storage: FocusStorage):
         selected = {key.name for key in context.selected_asset_check_keys}
-        yield from evaluate_label_checks(LabelTables(storage, context.partition_key), selected, context.log)
+        # Without a partition (the UI's "Execute all"), every materialised dataset is checked.
+        yield from evaluate_partitions(context, LABELS, lambda dataset: evaluate_label_checks(
+            LabelTables(storage, dataset), selected, context.log))
 
     return [harmonised_labels_checks]
 
@@ -151,7 +156,7 @@ def evaluate_label_checks(tables: LabelTables, selected: set[str], log=None):
                 log.error(f"label check {check.name} could not be evaluated: {error!r}")
             errors.append(error)
             continue
-        yield outcome_result(outcome, check.blocking, check_name=check.name)
+        yield check.name, check.blocking, outcome_result(outcome, check.blocking, check_name=check.name)
     if errors:
         raise errors[0]
 

@@ -3,6 +3,7 @@
 import dagster as dg
 
 from checks.conditions import WITH_ITS_ASSET
+from checks.partitions import evaluate_partitions
 from resources import FocusStorage, layout
 
 # Above WARN_RATE quarantined rows the copy deserves a look; above ERROR_RATE it is broken (an image folder
@@ -12,25 +13,36 @@ ERROR_RATE = 0.5
 
 
 def build_record_checks(dataset_records: dg.AssetsDefinition, partitions: dg.PartitionsDefinition) -> list:
-    @dg.asset_check(
-        asset=dataset_records,
-        partitions_def=partitions,
-        blocking=True,
+    # A multi-asset check of one spec: its output may stay unset, which a run without a partition needs
+    # (its verdicts are reported on each dataset's partition instead, see checks/partitions.py).
+    @dg.multi_asset_check(
+        name="dataset_records_quarantine_rate",
+        specs=[dg.AssetCheckSpec(
+            "quarantine_rate",
+            asset=dataset_records.key,
+            partitions_def=partitions,
+            blocking=True,
+            automation_condition=WITH_ITS_ASSET,
+            description=(
+                f"Share of label rows quarantined while reading the dataset. Up to {WARN_RATE:.0%}: passed. From "
+                f"{WARN_RATE:.0%} to {ERROR_RATE:.0%}: passed with a warning (`warning` in the metadata; the copy "
+                f"deserves a look, and the rows flow on). Above {ERROR_RATE:.0%}: failed with severity ERROR, and, "
+                "being blocking, it stops everything downstream of the partition, because such a copy is broken "
+                "(an image folder missing, files truncated, a different release) rather than merely imperfect."
+            ),
+        )],
+        can_subset=True,
         pool="duckdb",
-        automation_condition=WITH_ITS_ASSET,
-        description=(
-            f"Share of label rows quarantined while reading the dataset. Up to {WARN_RATE:.0%}: passed. From "
-            f"{WARN_RATE:.0%} to {ERROR_RATE:.0%}: passed with a warning (`warning` in the metadata; the copy "
-            f"deserves a look, and the rows flow on). Above {ERROR_RATE:.0%}: failed with severity ERROR, and, "
-            "being blocking, it stops everything downstream of the partition, because such a copy is broken (an "
-            "image folder missing, files truncated, a different release) rather than merely imperfect."
-        ),
+        description="The share of one dataset's label rows quarantined while reading it.",
     )
-    def quarantine_rate(context: dg.AssetCheckExecutionContext, storage: FocusStorage) -> dg.AssetCheckResult:
-        key = context.partition_key
-        kept = int(storage.read_records(key).shape[0])
-        quarantine = storage.read_partition(layout.QUARANTINE, key)
-        return quarantine_result(kept, quarantine["reason_code"].value_counts().to_dict())
+    def quarantine_rate(context: dg.AssetCheckExecutionContext, storage: FocusStorage):
+        def verdict(dataset: str):
+            kept = int(storage.read_records(dataset).shape[0])
+            quarantine = storage.read_partition(layout.QUARANTINE, dataset)
+            yield "quarantine_rate", True, quarantine_result(kept, quarantine["reason_code"].value_counts().to_dict())
+
+        # Without a partition (the UI's "Execute"), every materialised dataset is checked.
+        yield from evaluate_partitions(context, dataset_records.key, verdict)
 
     return [quarantine_rate]
 

@@ -230,14 +230,34 @@ def _partition_room(table: Table, partition: str, frame: pd.DataFrame):
 
     def make_room(con) -> list[tuple[str, list]]:
         con.execute(create_table_sql(name, frame, if_not_exists=True))
-        present = {row[0] for row in con.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_schema = ? AND table_name = ?",
-            [table.schema, table.name]).fetchall()}
+        present = dict(con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = ? AND table_name = ?",
+            [table.schema, table.name]).fetchall())
         added = [(f'ALTER TABLE {name} ADD COLUMN "{column}" {duckdb_type(dtype)}', [])
                  for column, dtype in frame.dtypes.items() if column not in present]
-        return [*added, (f"DELETE FROM {name} WHERE {_partition_column(table)} = ?", [partition])]
+        return [*added, *_retyped(con, table, frame, present),
+                (f"DELETE FROM {name} WHERE {_partition_column(table)} = ?", [partition])]
 
     return make_room
+
+
+def _retyped(con, table: Table, frame: pd.DataFrame, present: dict) -> list[tuple[str, list]]:
+    """Columns whose type was guessed from a partition that had no values in them, retyped from this one's.
+
+    A table is created with the column types of the first frame written; a column with no rows there (a
+    dataset with no predictions at all) can come out as DOUBLE where the values are text, and every later
+    partition would then fail to insert. Such a column, still without a single value in the table, takes the
+    type of the first frame that has values in it; a column that holds values keeps its type.
+    """
+    name, statements = _qualified(table), []
+    for column, dtype in frame.dtypes.items():
+        wanted = duckdb_type(dtype)
+        if column not in present or present[column] == wanted or not frame[column].notna().any():
+            continue
+        [(values,)] = con.execute(f'SELECT count("{column}") FROM {name}').fetchall()
+        if values == 0:
+            statements.append((f'ALTER TABLE {name} ALTER COLUMN "{column}" SET DATA TYPE {wanted}', []))
+    return statements
 
 
 def _select_sql(table: Table, partition: str | None) -> tuple[str, list]:

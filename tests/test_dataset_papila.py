@@ -104,8 +104,8 @@ def test_contour_files_are_annotations_named_after_images(papila):
     assert contours, "the look-alike writes expert contours"
     images = {p.stem for p in (root / "FundusImages").iterdir()}
     for path in contours:
-        stem, part, expert = path.stem.split("_")
-        assert stem in images and part in {"disc", "cup"} and expert in {"exp1", "exp2"}
+        patient, eye, part, expert = path.stem.split("_")  # RET002_OD_disc_exp1 (datasets.md)
+        assert patient + eye in images and part in {"disc", "cup"} and expert in {"exp1", "exp2"}
         points = np.loadtxt(path)
         assert points.ndim == 2 and points.shape[1] == 2
     assert read_dataset("papila", root).unlisted_images == []

@@ -197,8 +197,8 @@ def test_a_mapping_that_loses_sex_blocks_fairness_and_quality_but_not_metrics(wo
     assert verdicts["metadata_coverage"] is False  # only the warning notices, and a warning blocks nothing
     refresh = w.refresh()
     assert refresh.requested()["group_attributes:attribute_coverage"] == {"papila"}
-    # (a check declared with its asset reports no partition of its own: the run's, papila, is the only one)
-    assert refresh.check_verdicts()[("group_attributes", "attribute_coverage", "")] is False
+    # Partitioned like its asset: the verdict is papila's own, not one shared by every dataset.
+    assert refresh.check_verdicts()[("group_attributes", "attribute_coverage", "papila")] is False
     materialized = {(e.asset_key.to_user_string(), str(e.partition)) for r in refresh.results for e in r.all_events
                     if e.event_type_value == "ASSET_MATERIALIZATION"}
     assert {("predictions", "papila"), ("metrics", "papila"), ("group_attributes", "papila")} <= materialized

@@ -76,3 +76,16 @@ def test_a_table_from_an_earlier_version_gains_the_new_columns(storage):
     storage.replace_partition(QUARANTINE, "b", quarantine("b", 1).assign(stage=["records"]))
     table = storage.read_table(QUARANTINE).sort_values(["dataset", "source_row"])
     assert table["stage"].tolist() == [None, None, "records"]  # old rows: null in the new column
+
+
+def test_a_column_typed_as_numbers_by_an_empty_first_partition_takes_the_type_of_its_first_values(storage, tmp_path):
+    """A dataset with no predictions at all wrote first: pandas typed its empty id column as float, the table was
+    created with DOUBLE, and every later dataset failed with "Could not convert string ... to DOUBLE"."""
+    empty = quarantine("a", 0).assign(lineage_id=pd.Series([], dtype="float64"))
+    storage.replace_partition(QUARANTINE, "a", empty)
+    storage.replace_partition(QUARANTINE, "b", quarantine("b", 2).assign(lineage_id=["ad63d9818c75", "076b7d66a146"]))
+    assert storage.read_table(QUARANTINE)["lineage_id"].tolist() == ["ad63d9818c75", "076b7d66a146"]
+    # A column that already holds values elsewhere keeps its type: a wrong value still fails, loudly.
+    with pytest.raises(duckdb.ConversionException):
+        storage.replace_partition(QUARANTINE, "c", quarantine("c", 1).assign(source_row=["not a number"]))
+    assert sorted(storage.read_table(QUARANTINE)["dataset"]) == ["b", "b"]  # the failed write changed nothing

@@ -8,7 +8,7 @@ VF_MD`, where `Refractive_Defect` spans three sub-columns and `IOP` spans `Pneum
 sub-header row. Patient IDs are written `#002`; the image of that patient's right eye is `RET002OD.jpg`.
 Codes: `Gender` **0 = male, 1 = female** (the reference benchmark swapped them); `Diagnosis` 0 healthy,
 1 glaucoma, 2 suspect. Disc and cup contours of two experts sit in `ExpertsSegmentations/Contours/`
-(`RET002OD_disc_exp1.txt`, ...); they are annotations, not records.
+(`RET002_OD_disc_exp1.txt`, ...); they are annotations, not records.
 
 The reader flattens the header to unique names (`Refractive_Defect_dioptre_1`, `IOP_Pneumatic`, ...),
 treats every row above the first `#NNN` ID as header (so a copy with an extra header row also reads), and

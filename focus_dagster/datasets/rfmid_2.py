@@ -8,9 +8,8 @@ Header glitches: the files are latin-1, not UTF-8; a column is named `ON` follow
 space (read as `ON`); every line ends with a comma (a trailing empty column, dropped). Columns are `ID`
 and 0/1 disease flags, among them `WNL` (within normal limits), `DR`, `ME`, `ODC`; the full column list
 below is (reported, not checked): only `ID`, `DR` and `ME` are required, and only the listed flags are
-checked as 0/1. IDs are not reused across splits in the published split file (they run 1..900 over the
-three splits), but this is not documented, so image_id is `<split>/<ID>` (`train/1`) whatever the files
-hold; a copy whose splits restart at 1 reads just as well. DR is binary; ME has 4 positives in all.
+checked as 0/1. IDs restart at 1 in every split (datasets.md), while the reference benchmark's split file
+numbers them 1..900 over the three splits; image_id is `<split>/<ID>` (`train/1`), so both read the same. DR is binary; ME has 4 positives in all.
 A copy re-saved as UTF-8 reads too (UTF-8 is tried first, then latin-1).
 """
 

@@ -99,7 +99,8 @@ def check_label_values(labels: pd.DataFrame) -> CheckOutcome:
 
 
 def check_rule_consistency(labels: pd.DataFrame, recomputed: pd.DataFrame,
-                           independent: pd.DataFrame | None = None) -> CheckOutcome:
+                           independent: pd.DataFrame | None = None,
+                           rejects: pd.DataFrame | None = None) -> CheckOutcome:
     """The stored labels are what the dataset's documented rules give on the source records.
 
     Images are matched by image_id. `independent` holds the labels given by an independent transcription
@@ -111,17 +112,30 @@ def check_rule_consistency(labels: pd.DataFrame, recomputed: pd.DataFrame,
     reverse) is a disagreement, because "not defined" must never turn into "negative". An image present on
     one side only is a disagreement too, and so is an image_id that appears twice, since its labels cannot
     be matched.
+
+    When `independent` also says, for every source record, whether it belongs to the benchmark subset
+    (column `in_subset`, from the independent SQL transcription of the subset rule), the subset itself is
+    checked and the labels are compared on the kept images only: an image kept in the harmonised labels
+    that lies outside the subset fails, and so does an image inside the subset that was not kept, unless
+    the `rejects` table (image_id, reason_code) rejected it for its split (a `split:` reason code). An
+    in-subset image rejected by a subset or label filter, or dropped without any reject, means a wrong
+    subset filter. Without `rejects` no image counts as rejected.
     """
     _require_columns(recomputed, ("image_id", *TASKS), "recomputed labels",
                      "recompute every task from the source records before comparing")
     _require_columns(labels, ("image_id", *TASKS), "harmonised labels",
                      "pass the full harmonised table")
     joined = _join_stored_and_recomputed(labels, recomputed)
+    membership = None
     # Each pair (A, B) of label columns that must agree; the reference side is B.
     pairs = [("stored", "recomputed")]
     if independent is not None:
         _require_columns(independent, ("image_id", *TASKS), "independent labels",
                          "evaluate every task with the independent (SQL) rules before comparing")
+        if "in_subset" in independent.columns:
+            membership = _subset_membership(labels, independent, rejects)
+            # Labels are compared where the harmonised table kept the image; membership covers the rest.
+            independent = independent[independent["image_id"].astype(str).isin(set(labels["image_id"].astype(str)))]
         joined = _join_independent(joined, independent)
         pairs = [("stored", "independent"), ("recomputed", "independent")]
     expect = gx.expect()
@@ -139,12 +153,101 @@ def check_rule_consistency(labels: pd.DataFrame, recomputed: pd.DataFrame,
     ]
     verdicts = gx.validate("rule_comparison", joined, expectations, ["image_id"])
     presence, unique, *tasks = verdicts
-    examples = _interleave([
+    groups = [
         [{"image_id": r.get("image_id"), "problem": r.get("presence")} for r in presence.rows],
         [{"image_id": r.get("image_id"), "problem": "image_id appears more than once"} for r in unique.rows],
         *(_mismatch_examples(task, v, a, b) for (task, a, b), v in zip(compared, tasks, strict=True)),
-    ])
-    return _outcome("rule_consistency", verdicts, checked=len(joined), examples=examples)
+    ]
+    checked = len(joined)
+    info = {}
+    if membership is not None:
+        subset_verdicts = _validate_subset_membership(membership)
+        verdicts += subset_verdicts
+        groups += [_membership_examples(v, membership) for v in subset_verdicts]
+        # Records the harmonised table did not keep were checked for their membership only.
+        checked += len(set(membership["image_id"]) - set(joined["image_id"].astype(str)))
+        info["subset_membership"] = _membership_counts(membership, subset_verdicts)
+    return _outcome("rule_consistency", verdicts, checked=checked, examples=_interleave(groups), info=info)
+
+
+# A reject with one of these reason codes (splits.py) leaves an image of the benchmark subset out for a reason
+# other than the subset: legitimate. Every other reason code of an in-subset image is a wrong subset filter.
+NON_SUBSET_REJECT_PREFIXES = ("split:",)
+_INSIDE, _OUTSIDE = "inside the benchmark subset", "outside the benchmark subset"
+_KEPT, _SPLIT_REJECT, _VANISHED = "kept", "rejected for its split", "dropped without a reject"
+
+
+def _subset_membership(labels: pd.DataFrame, independent: pd.DataFrame,
+                       rejects: pd.DataFrame | None) -> pd.DataFrame:
+    """One row per source record: image_id, its subset verdict (SQL), its fate in the pipeline, reject codes.
+
+    `subset` is "inside/outside the benchmark subset"; `fate` is "kept", "rejected for its split",
+    "rejected (<codes>)" or "dropped without a reject".
+    """
+    frame = pd.DataFrame({
+        "image_id": independent["image_id"].astype(str).to_numpy(),
+        "subset": [_INSIDE if bool(v) else _OUTSIDE
+                   for v in independent["in_subset"].astype("boolean").fillna(False)],
+    })
+    codes: dict[str, list[str]] = {}
+    if rejects is not None and len(rejects):
+        _require_columns(rejects, ("image_id", "reason_code"), "label rejects", "pass the label_rejects table")
+        for image_id, code in zip(rejects["image_id"].astype(str), rejects["reason_code"], strict=True):
+            codes.setdefault(image_id, []).append("" if pd.isna(code) else str(code))
+    kept = set(labels["image_id"].astype(str))
+
+    def fate(image_id: str) -> str:
+        if image_id in kept:
+            return _KEPT
+        found = codes.get(image_id)
+        if not found:
+            return _VANISHED
+        if all(c.startswith(NON_SUBSET_REJECT_PREFIXES) for c in found):
+            return _SPLIT_REJECT
+        return f"rejected ({', '.join(found)})"
+
+    frame["fate"] = [fate(i) for i in frame["image_id"]]
+    frame["reason_code"] = [", ".join(codes.get(i, [])) or None for i in frame["image_id"]]
+    return frame
+
+
+def _validate_subset_membership(membership: pd.DataFrame) -> list[Verdict]:
+    """Kept images lie inside the subset; images inside the subset are kept or rejected for their split."""
+    expect = gx.expect()
+    expectations = [
+        expect.ExpectColumnValuesToBeInSet(column="subset", value_set=[_INSIDE],
+                                           row_condition=f'fate=="{_KEPT}"', condition_parser="pandas"),
+        expect.ExpectColumnValuesToBeInSet(column="fate", value_set=[_KEPT, _SPLIT_REJECT],
+                                           row_condition=f'subset=="{_INSIDE}"', condition_parser="pandas"),
+    ]
+    return gx.validate("subset_membership", membership[["image_id", "subset", "fate"]], expectations, ["image_id"])
+
+
+def _membership_examples(verdict: Verdict, membership: pd.DataFrame) -> list[dict]:
+    """{"image_id", "problem", "fate", "reason_code"} for each image the subset check flags."""
+    by_id = membership.drop_duplicates("image_id").set_index("image_id")
+    examples = []
+    for r in verdict.rows:
+        image_id = r.get("image_id")
+        fate = by_id.at[image_id, "fate"] if image_id in by_id.index else None
+        problem = ("kept in the harmonised labels but outside the benchmark subset (independent SQL)"
+                   if fate == _KEPT else "inside the benchmark subset (independent SQL) but not kept")
+        examples.append({"image_id": image_id, "problem": problem, "fate": fate,
+                         "reason_code": by_id.at[image_id, "reason_code"] if image_id in by_id.index else None})
+    return examples
+
+
+def _membership_counts(membership: pd.DataFrame, verdicts: list[Verdict]) -> dict:
+    inside = membership["subset"] == _INSIDE
+    kept_outside, dropped_inside = verdicts
+    return {
+        "records": len(membership),
+        "inside_subset": int(inside.sum()),
+        "kept": int((membership["fate"] == _KEPT).sum()),
+        "inside_rejected_for_split": int((inside & (membership["fate"] == _SPLIT_REJECT)).sum()),
+        "kept_outside_subset": kept_outside.unexpected_count,
+        "inside_subset_not_kept": dropped_inside.unexpected_count,
+    }
 
 
 def _mismatch_examples(task: str, verdict: Verdict, a: str = "stored", b: str = "recomputed") -> list[dict]:

@@ -12,15 +12,20 @@ wrapped in `CASE WHEN <grade> IS NULL THEN NULL ...`; a blank edema flag counts 
 elsewhere it is the reference's reading); numeric codes are compared after `TRY_CAST(... AS DOUBLE)`, since
 stored records may carry them as integers, floats or text.
 
-Only the labels are checked here; which records belong to the benchmark subset is the rules' `subset`, and
-the comparison is made on the images the harmonised table kept.
+Subset membership is transcribed the same way: `SUBSET_SQL` holds, per dataset, one SQL boolean expression
+over the native columns that is TRUE exactly when the record belongs to the benchmark subset ("Benchmark
+subset" and the reject lines of datasets.md, again not rules.py's `subset` filters). A dataset absent from it
+has no subset rule: every record belongs. A NULL verdict (a blank native value) counts as outside.
+`independent_labels(..., subset=True)` adds it as the boolean column `in_subset`, one row per record, so the
+consistency check can also tell a wrong subset filter (an image kept that lies outside the subset, or one
+inside it that was dropped for anything but its split) from a sound one.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-__all__ = ["COLUMN_ALIASES", "RULE_SQL", "independent_labels"]
+__all__ = ["COLUMN_ALIASES", "RULE_SQL", "SUBSET_SQL", "independent_labels"]
 
 TASK_NAMES = ("any_dr", "referable_dr", "gon")
 
@@ -92,14 +97,34 @@ RULE_SQL: dict[str, dict[str, str]] = {
     },
 }
 
+# {dataset: SQL expression over the native columns, TRUE when the record belongs to the benchmark subset}.
+# Datasets without a subset rule in datasets.md are absent: every record belongs.
+SUBSET_SQL: dict[str, str] = {
+    # BRSET: "diabetic patients only (`diabetes == yes`)".
+    "brset": 'CAST("diabetes" AS VARCHAR) = \'yes\'',
+    # mBRSET: "macula-centred files only (`*.1.jpg`, `*.3.jpg`), rows with blank `final_icdr` dropped".
+    "mbrset": "regexp_matches(CAST(\"file\" AS VARCHAR), '\\.[13]\\.jpg$', 'i') "
+              'AND TRY_CAST("final_icdr" AS DOUBLE) IS NOT NULL',
+    # Messidor-2: the gradable images ("not gradable -> reject"; adjudicated_gradable 0/1), each with its
+    # adjudicated grade (1,744 gradable images, all graded; grade column `diagnosis`, see COLUMN_ALIASES).
+    "messidor_2": 'TRY_CAST("adjudicated_gradable" AS DOUBLE) = 1 '
+                  'AND TRY_CAST("diagnosis" AS DOUBLE) IS NOT NULL',
+    # REFUGE: labelled records only ("the mirror's test split is unlabelled"; benchmark = train + val).
+    "refuge": 'TRY_CAST("Label" AS DOUBLE) IS NOT NULL',
+}
+
 # The same native column under the other name a publisher uses (datasets.md: "accept both").
 COLUMN_ALIASES: dict[str, dict[str, str]] = {
     "messidor_2": {"adjudicated_dr_grade": "diagnosis"},
 }
 
 
-def independent_labels(dataset: str, records: pd.DataFrame) -> pd.DataFrame:
+def independent_labels(dataset: str, records: pd.DataFrame, *, subset: bool = False) -> pd.DataFrame:
     """image_id and the three tasks (nullable Int8, null where undefined) by the dataset's SQL rules.
+
+    One row per record, in the records' order. With `subset=True` a boolean column `in_subset` is added:
+    whether the record belongs to the benchmark subset by `SUBSET_SQL` (TRUE for every record of a dataset
+    without a subset rule; a NULL verdict counts as FALSE).
 
     Raises ValueError naming the dataset when it has no SQL rules, or naming the native columns the SQL
     needs when the records lack them.
@@ -115,17 +140,22 @@ def independent_labels(dataset: str, records: pd.DataFrame) -> pd.DataFrame:
     # Object columns of mixed Python types confuse DuckDB's type sniffing; text is what TRY_CAST expects.
     frame = frame.astype({c: "string" for c in frame.columns if frame[c].dtype == object})
     tasks = RULE_SQL[dataset]
-    selects = ", ".join(
+    selects = [
         f"CAST(({tasks[task]}) AS TINYINT) AS {task}" if task in tasks else f"CAST(NULL AS TINYINT) AS {task}"
         for task in TASK_NAMES
-    )
-    sql = f'SELECT CAST("image_id" AS VARCHAR) AS image_id, {selects} FROM records_frame'
+    ]
+    if subset:
+        selects.append(f"coalesce(CAST(({SUBSET_SQL.get(dataset, 'TRUE')}) AS BOOLEAN), false) AS in_subset")
+    sql = f'SELECT CAST("image_id" AS VARCHAR) AS image_id, {", ".join(selects)} FROM records_frame'
     with duckdb.connect() as con:
         con.register("records_frame", frame)
         try:
             out = con.execute(sql).df()
         except duckdb.BinderException as error:
-            raise ValueError(f"The {dataset} records lack a native column the SQL label rules use: {error}") from error
+            raise ValueError(f"The {dataset} records lack a native column the SQL label (or subset) rules use: "
+                             f"{error}") from error
     for task in TASK_NAMES:
         out[task] = out[task].astype("Int8")
+    if subset:
+        out["in_subset"] = out["in_subset"].astype(bool)
     return out

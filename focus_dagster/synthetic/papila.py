@@ -7,7 +7,7 @@ is rounded up to an even number of images. Patient numbers are a sorted, gappy s
 glaucomatous and suspect eyes get enlarged cups. Codes are the publisher's: `Gender` 0 = male,
 1 = female. Age (about 62 +- 14 years), the female share (60%) and the clinical measurements (refraction,
 IOP, pachymetry, axial length, sparse VF_MD) are plausible values, not the real distributions.
-A few expert contour files (`ExpertsSegmentations/Contours/RET002OD_disc_exp1.txt`, "x y" per line) are
+A few expert contour files (`ExpertsSegmentations/Contours/RET002_OD_disc_exp1.txt`, "x y" per line) are
 written for the first patients; they are plausible ellipses, not traced from the rendered images.
 The workbooks are written byte-for-byte reproducibly (fixed document and archive timestamps).
 """
@@ -193,7 +193,7 @@ def write_contours(root: Path, rows: pd.DataFrame, rng: np.random.Generator, sca
             wobble = rng.uniform(0.95, 1.05)
             for part, radius in (("disc", disc), ("cup", cup)):
                 text = ellipse_points(cx, cy, radius * wobble, radius * wobble * 1.08)
-                write_bytes_atomically(root / CONTOUR_DIR / f"{stem}_{part}_exp{expert}.txt", text.encode())
+                write_bytes_atomically(root / CONTOUR_DIR / f"RET{row.number:03d}_{row.eye}_{part}_exp{expert}.txt", text.encode())
 
 
 def ellipse_points(cx: float, cy: float, rx: float, ry: float, points: int = 48) -> str:

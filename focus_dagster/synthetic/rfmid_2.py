@@ -1,8 +1,9 @@
 """RFMiD 2.0 look-alike: latin-1 label CSVs with the `ON`+NBSP header and trailing comma, images beside them.
 
-Like the published split file shows, IDs are one numbering over the whole dataset with gaps (1..900 for
-860 rows), shared out over the splits in the real proportions (507/177/170 images, at least two per
-split) and sorted within each split. A contiguous block of IDs (the 62%-73% stretch, as 561..654 of 900
+IDs are one numbering over the whole dataset with gaps, as in the reference benchmark's split file (1..900
+for 860 rows; datasets.md documents IDs restarting in every split, the layout that
+tests/test_published_layouts_more.py reads), shared out over the splits in the real proportions
+(507/177/170 images, at least two per split) and sorted within each split. A contiguous block of IDs (the 62%-73% stretch, as 561..654 of 900
 are) is written `{ID}.JPG`, the rest `{ID}.jpg`. About 0.7% of label rows (6 of 860; at least one from
 20 rows on) get no image, recorded as `image_missing` in the manifest. The NBSP (byte 0xA0) of the
 `ON` header makes the files invalid UTF-8, as the real ones are. ME is kept degenerate: 4 positives per

@@ -1,0 +1,58 @@
+"""A dataset whose split leaves no test image stops at `split_has_test`, in the run and under automation.
+
+A published split file that puts every PAPILA image in train (the reference IDRiD file did much the same:
+310 train, 0 test) used to give a dataset with embeddings and probes but no metrics at all, silently. The
+blocking check fails instead, and nothing below the labels is computed from them.
+"""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from assets.datasets import OBSERVE_JOB
+from assets.labels import DATA_LAYER_JOB
+from focus_dagster.config import FocusConfig
+from focus_dagster.definitions import build_definitions
+from tests.automation_driver import drive
+from tests.conftest import copy_tree
+
+DATA_LAYER = {"dataset_records", "harmonised_labels", "label_rejects"}
+
+
+def all_train_split_file(root, splits_dir) -> None:
+    """labels_splits_papila.csv in the reference benchmark's format, naming every PAPILA image, all in train."""
+    images = sorted((root / "FundusImages").glob("*.jpg"))
+    lines = ["image_path,split"] + [f"/mnt/data/PAPILA/FundusImages/{image.name},train" for image in images]
+    splits_dir.mkdir()
+    (splits_dir / "labels_splits_papila.csv").write_text("\n".join(lines) + "\n")
+
+
+def materialized(results) -> set[tuple[str, str]]:
+    return {(e.asset_key.to_user_string(), str(e.partition)) for r in results for e in r.all_events
+            if e.event_type_value == "ASSET_MATERIALIZATION"}
+
+
+def test_a_split_without_test_images_blocks_everything_below_the_labels(synth_all, tmp_path):
+    out, _ = synth_all
+    root = copy_tree(out / "papila", tmp_path / "papila")
+    all_train_split_file(root, tmp_path / "splits")
+    config = FocusConfig(home=tmp_path / "home", roots={"papila": root}, models=("tiny_vit",),
+                         splits_dir=tmp_path / "splits")
+    defs = build_definitions(config)
+    instance = dg.DagsterInstance.ephemeral()
+
+    # Within a run: the data-layer job stops at the failed check.
+    run = defs.resolve_job_def(DATA_LAYER_JOB).execute_in_process(partition_key="papila", instance=instance,
+                                                                   raise_on_error=False)
+    [verdict] = [e for e in run.get_asset_check_evaluations() if e.check_name == "split_has_test"]
+    assert not verdict.passed and verdict.severity == dg.AssetCheckSeverity.ERROR
+    assert verdict.metadata["info"].value["images_per_split"]["test"] == 0
+    assert {asset for asset, _ in materialized([run])} <= DATA_LAYER
+
+    # Across automation ticks: nothing below the labels is requested, until the split changes.
+    assert defs.resolve_job_def(OBSERVE_JOB).execute_in_process(instance=instance).success
+    refresh = drive(defs, instance)
+    below = {asset for asset, _ in materialized(refresh.results)} - DATA_LAYER
+    assert below == set(), below
+    assert not {"image_embeddings", "group_attributes", "predictions", "metrics"} & {
+        asset.split(":")[0] for asset in refresh.requested()}

@@ -75,6 +75,11 @@ def home(synth_all, tmp_path_factory):
 def ui(home):
     """`focus ui` (dagster dev: webserver, daemon, code server) on a free port, stopped with its process group."""
     tmp, env = home
+    dagster_env = dict(os.environ, **env, DAGSTER_HOME=str(Path(env["FOCUS_HOME"]) / "dagster"))
+    # The refresh sensor off, so that what the test sees is the demo's doing: its first tick would otherwise
+    # evaluate every condition at start-up and could launch runs (with the unpatched rule) while the test looks.
+    subprocess.run([str(Path(sys.executable).parent / "dagster"), "sensor", "stop", "focus_refresh",
+                    "-w", "workspace.yaml"], cwd=REPO, env=dagster_env, check=True, capture_output=True)
     port = _free_port()
     log = open(tmp / "ui.log", "w")
     process = subprocess.Popen([str(Path(sys.executable).parent / "focus"), "ui", "--port", str(port)], cwd=REPO,
@@ -233,7 +238,7 @@ def test_execute_all_on_the_label_checks_reports_each_dataset(page, home):
     assert page.get_by_role("button", name="Execute all").is_disabled()
 
 
-def _wait_for_run(env: dict, prefix: str, timeout: float = 180):
+def _wait_for_run(env: dict, prefix: str, timeout: float = 300):
     """The run of the UI's instance whose id starts with `prefix` (as the UI shows it), once finished."""
     import dagster as dg
 

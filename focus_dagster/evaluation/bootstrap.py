@@ -296,3 +296,68 @@ def bootstrap(y_true, y_score, metrics=DEFAULT_METRICS, n_resamples: int = 1000,
     replicates = replicates_many(tuple(metrics), y, s, idx, **options)
     return {name: percentile_interval(call_metric(name, y, s, **options), replicates[name], alpha)
             for name in metrics}
+
+
+# ------------------------------------------------------------------------------------------------ groups
+#
+# Groups (sex, age, quality, ...) are measured on the configuration's own resamples: replicate r of a group
+# metric is the metric on the images of the group that resample r drew, with their multiplicities. So a
+# group's size varies across replicates as it does between real samples, every group and the whole set share
+# each replicate, and a gap's replicate is the gap on that replicate. A resample is represented by its
+# weights (how often it drew each image, ``resample_weights``); a group's kernels are weighted sums.
+
+
+def resample_weights(idx: np.ndarray, n: int) -> np.ndarray:
+    """``[R, n]`` float64: how often resample r drew image i (``row_bincount`` of the index matrix)."""
+    return row_bincount(_check_indices(idx, n), n)
+
+
+def group_replicates(y_true, y_score, weights: np.ndarray, member, *, threshold: float = 0.5, n_bins: int = 10,
+                     min_positives: int = MIN_POSITIVES) -> dict[str, np.ndarray]:
+    """Replicates of the group metrics (positive_rate, accuracy, tpr, fpr, auroc, ece) of the images where
+    ``member`` is True, on each resample given by ``weights`` [R, n] (``resample_weights``): [R] floats each,
+    NaN where undefined in that resample (no image of the group drawn; TPR without positives; AUROC with
+    fewer than ``min_positives`` drawn positives or negatives, counted with multiplicity as the unweighted
+    kernels count them)."""
+    y, s = as_probabilities(y_true, y_score)
+    member = np.asarray(member, dtype=bool)
+    w = weights[:, member]
+    y, s = y[member], s[member]
+    predicted = s >= threshold
+    size, positives = w.sum(axis=1), w @ y.astype(np.float64)
+    negatives = size - positives
+    true_pos = w @ (predicted & y).astype(np.float64)
+    false_pos = w @ (predicted & ~y).astype(np.float64)
+    out = {
+        "positive_rate": _ratio(w @ predicted.astype(np.float64), size),
+        "accuracy": _ratio(true_pos + (negatives - false_pos), size),
+        "tpr": _ratio(true_pos, positives),
+        "fpr": _ratio(false_pos, negatives),
+        "auroc": _weighted_auroc(w, y, s, positives, negatives, min_positives),
+        "ece": _weighted_ece(w, y, s, size, n_bins),
+    }
+    return out
+
+
+def _weighted_auroc(w, y, s, positives, negatives, min_positives) -> np.ndarray:
+    """Mann-Whitney AUROC with multiplicities: each drawn positive counts the drawn negatives below its score
+    and half of those at its score (midranks), from one sort of the group."""
+    order = np.argsort(s, kind="stable")
+    s, y, w = s[order], y[order], w[:, order]
+    negative_cum = np.cumsum(w * ~y, axis=1)
+    starts = np.searchsorted(s, s, side="left")  # first position of each image's tie block
+    ends = np.searchsorted(s, s, side="right") - 1  # last position
+    below = np.where(starts > 0, negative_cum[:, np.maximum(starts - 1, 0)], 0.0)
+    through = negative_cum[:, ends]
+    u = np.sum(w[:, y] * (below[:, y] + through[:, y]) / 2, axis=1)  # below + half of the tied negatives
+    defined = np.minimum(positives, negatives) >= max(min_positives, 1)
+    return np.where(defined, _ratio(u, positives * negatives), np.nan)
+
+
+def _weighted_ece(w, y, s, size, n_bins) -> np.ndarray:
+    """ECE (reliability form, ``metrics.ece``'s bins) with multiplicities: sum_b |S_b - Y_b| / N."""
+    bins = bin_index(s, n_bins)
+    onehot = np.zeros((len(s), n_bins + 1))
+    onehot[np.arange(len(s)), bins] = 1.0
+    gap = np.abs(w @ (onehot * s[:, None]) - w @ (onehot * y[:, None]))
+    return _ratio(gap.sum(axis=1), size)

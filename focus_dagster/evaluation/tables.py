@@ -15,9 +15,27 @@ For every configuration (model, dataset, task, method, train dataset) on the tes
 - quality: the same per-group metrics on adequate vs inadequate images and their gap adequate - inadequate
   (groups of at least 5).
 
-Intervals: stratified by label, seeded; a gap's interval comes from resampling each group on its own (same
-number of resamples) and differencing the replicates. A number that is not defined is null with a reason,
-never 0. `metric_id` is a hash of what the number measures (not of its value or versions), so the same
+The resampling design (one per configuration). The configuration's test images are resampled once: R
+resamples, stratified by label (each keeps the test split's positives and negatives counts), drawn from a
+seed derived from the configuration's identity (`configuration_seed`: its model, dataset, task, method and
+train dataset, and `Settings.seed`), so a number does not depend on which configurations were computed
+before it. Every metric of every axis is computed on the same R replicates: replicate r of a group metric
+is the metric on the images of the group that resample r drew, with their multiplicities (the group's size
+varies across replicates as between real samples), and a gap's replicate r is the gap computed on
+replicate r (max - min over the groups, or the signed difference, or the minimum group AUROC), undefined
+when the metric is undefined in any group in that replicate. The 95% interval comes from the defined
+replicates by the method the coverage simulation chose for the metric (`intervals.CHOICE`, evidence in
+`bench/results/coverage_cpu_2core.md`): BCa for AUROC, AUPRC, accuracy, sensitivity, specificity, Brier and
+the group rates; the basic (reflected) interval, clipped to [0, 1], for F1 and the ECEs (biased upward; no
+method reaches 95% coverage for them at these sizes); percentile for the max-min gaps, the signed
+differences and the worst-group AUROC; the bias-shifted percentile for the equalized-odds gap. A number that
+is not defined is null with a reason, never 0, and its interval is null too.
+
+Groups and ids: `group` names what is measured, never a value of the data: the age median split is
+`age_median=below` / `age_median=above`, and the median itself is in `group_detail` (`age < 57`), so the id
+stays when the test set's median moves. A configuration whose test split has fewer than MIN_POSITIVES
+positives or negatives is flagged on every one of its rows (`degenerate`, `degenerate_reason`): its numbers
+exist but rest on a handful of images (RFMiD's CME, RFMiD 2.0's ME). `metric_id` is a hash of what the number measures (not of its value or versions), so the same
 measurement keeps its id across refreshes and a report can cite it. A configuration without predictions (a
 row of the predictions' unavailable table) is one row too: its AUROC, null, with the reason.
 """
@@ -43,6 +61,7 @@ QUALITY_MIN_GROUP = 5
 AGE_BANDS = ((None, 50, "<50"), (50, 65, "50-64"), (65, None, ">=65"))
 METRIC_COLUMNS = [
     "metric_id", *CONFIG_COLUMNS, "axis", "metric", "group", "value", "ci_low", "ci_high", "n", "n_pos", "reason",
+    "group_detail", "degenerate", "degenerate_reason",
 ]
 
 
@@ -52,17 +71,27 @@ class Settings:
     seed: int = 0
 
 
+def configuration_seed(config: dict, seed: int) -> int:
+    """The resampling seed of one configuration: from what it is (and `seed`), not from when it is computed."""
+    key = {**{c: config.get(c) or "" for c in CONFIG_COLUMNS}, "seed": int(seed)}
+    return int(hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16], 16)
+
+
 def metric_id(config: dict, axis: str, metric: str, group: str = "") -> str:
     """A stable id of what a number measures: configuration, axis, metric and group."""
     key = {**{c: config.get(c) or "" for c in CONFIG_COLUMNS}, "axis": axis, "metric": metric, "group": group}
     return "m-" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _row(config: dict, axis: str, metric: str, group: str, value, low, high, n: int, n_pos: int, reason) -> dict:
+def _row(config: dict, axis: str, metric: str, group: str, value, low, high, n: int, n_pos: int, reason,
+         detail: str | None = None) -> dict:
+    """One number. A null value never carries an interval."""
+    defined = _num(value) is not None
     return {
         "metric_id": metric_id(config, axis, metric, group), **{c: config.get(c) for c in CONFIG_COLUMNS},
-        "axis": axis, "metric": metric, "group": group, "value": _num(value), "ci_low": _num(low),
-        "ci_high": _num(high), "n": int(n), "n_pos": int(n_pos), "reason": reason,
+        "axis": axis, "metric": metric, "group": group, "value": _num(value),
+        "ci_low": _num(low) if defined else None, "ci_high": _num(high) if defined else None,
+        "n": int(n), "n_pos": int(n_pos), "reason": reason, "group_detail": detail,
     }
 
 
@@ -73,24 +102,36 @@ def _num(value):
 # ------------------------------------------------------------------------------------ performance + calibration
 
 
-def configuration_rows(config: dict, y: np.ndarray, s: np.ndarray, youden: float | None, settings: Settings) -> list:
-    """Performance and calibration rows of one configuration on its test images."""
-    from focus_dagster.evaluation.bootstrap import bootstrap
-
+def configuration_rows(config: dict, y: np.ndarray, s: np.ndarray, youden: float | None, idx: np.ndarray) -> list:
+    """Performance and calibration rows of one configuration on its test images, from its resamples `idx`."""
     n, n_pos = len(y), int(y.sum())
-    options = {"n_resamples": settings.n_resamples, "seed": settings.seed}
-    at_half = bootstrap(y, s, metrics=RANKING + THRESHOLDED + CALIBRATION, threshold=0.5, **options)
+    at_half = _intervals(y, s, RANKING + THRESHOLDED + CALIBRATION, idx, threshold=0.5)
     rows = [_interval_row(config, "performance", name, at_half[name], n, n_pos) for name in RANKING]
     rows += [_interval_row(config, "performance", f"{name}@0.5", at_half[name], n, n_pos) for name in THRESHOLDED]
     if youden is None or not np.isfinite(youden):
         rows += [_row(config, "performance", f"{name}@youden", "", None, None, None, n, n_pos,
                       "no Youden threshold: the training split's scores had one class") for name in THRESHOLDED]
     else:
-        at_youden = bootstrap(y, s, metrics=THRESHOLDED, threshold=youden, **options)
+        at_youden = _intervals(y, s, THRESHOLDED, idx, threshold=youden)
         rows += [_interval_row(config, "performance", f"{name}@youden", at_youden[name], n, n_pos)
                  for name in THRESHOLDED]
     rows += [_interval_row(config, "calibration", name, at_half[name], n, n_pos) for name in CALIBRATION]
     return rows
+
+
+def _intervals(y: np.ndarray, s: np.ndarray, metrics: tuple, idx: np.ndarray, threshold: float) -> dict:
+    """Point and interval of each metric (by the metric's chosen method), on the configuration's resamples."""
+    from focus_dagster.evaluation.bootstrap import Interval, replicates_many
+    from focus_dagster.evaluation.intervals import interval
+    from focus_dagster.evaluation.metrics import call_metric
+
+    replicates = replicates_many(metrics, y, s, idx, threshold=threshold)
+    out = {}
+    for name in metrics:
+        point = call_metric(name, y, s, threshold=threshold)
+        low, high = interval(name, point, replicates[name], y, s, threshold=threshold)
+        out[name] = Interval(point, low, high, replicates[name])
+    return out
 
 
 def _interval_row(config: dict, axis: str, metric: str, interval, n: int, n_pos: int, group: str = "") -> dict:
@@ -101,43 +142,47 @@ def _interval_row(config: dict, axis: str, metric: str, interval, n: int, n_pos:
 # ----------------------------------------------------------------------------------------- group comparisons
 
 
-def group_replicates(y: np.ndarray, s: np.ndarray, settings: Settings, threshold: float = 0.5) -> dict:
-    """Point values (with reasons) and bootstrap replicates of every group metric for one group of images,
-    all replicates computed on one set of resamples."""
-    from focus_dagster.evaluation.bootstrap import replicates_many, resample_indices
+def group_values(y: np.ndarray, s: np.ndarray, member: np.ndarray, weights: np.ndarray,
+                 threshold: float = 0.5) -> dict:
+    """`{metric: (point, reason, replicates)}` of every group metric for the images where `member` is True:
+    the point on the group's images, the replicates on the group's share of each of the configuration's
+    resamples (`weights`, see the module docstring)."""
+    from focus_dagster.evaluation.bootstrap import group_replicates
     from focus_dagster.evaluation.metrics import call_metric
 
-    idx = resample_indices(y, settings.n_resamples, settings.seed)
-    names = {"accuracy": "accuracy", "tpr": "sensitivity", "specificity": "specificity", "auroc": "auroc", "ece": "ece"}
-    replicates = replicates_many(tuple(names.values()), y, s, idx, threshold=threshold)
-    out = {}
-    for key, name in names.items():
-        point = call_metric(name, y, s, threshold=threshold)
-        out[key] = (point.value, point.reason, replicates[name])
-    predicted = (s >= threshold).astype(float)
-    out["positive_rate"] = (float(predicted.mean()) if len(y) else None, None, predicted[idx].mean(axis=1))
-    specificity = out.pop("specificity")
-    out["fpr"] = (None if specificity[0] is None else 1.0 - specificity[0], specificity[1], 1.0 - specificity[2])
+    replicates = group_replicates(y, s, weights, member, threshold=threshold)
+    ym, sm = y[member], s[member]
+    points = {key: call_metric(name, ym, sm, threshold=threshold)
+              for key, name in (("accuracy", "accuracy"), ("tpr", "sensitivity"), ("auroc", "auroc"), ("ece", "ece"))}
+    specificity = call_metric("specificity", ym, sm, threshold=threshold)
+    out = {key: (value.value, value.reason, replicates[key]) for key, value in points.items()}
+    out["fpr"] = (None if specificity.value is None else 1.0 - specificity.value, specificity.reason,
+                  replicates["fpr"])
+    out["positive_rate"] = (float((sm >= threshold).mean()) if len(ym) else None, None, replicates["positive_rate"])
     return {metric: out[metric] for metric in GROUP_METRICS}
 
 
-def group_rows(config: dict, axis: str, attribute: str, frame: pd.DataFrame, groups: pd.Series, settings: Settings,
-               min_group: int, signed: tuple[str, str] | None = None) -> list:
-    """Per-group rows and gap rows for one attribute. `signed=(a, b)` reports a - b instead of max - min."""
+def group_rows(config: dict, axis: str, attribute: str, frame: pd.DataFrame, groups: pd.Series, weights: np.ndarray,
+               min_group: int, signed: tuple[str, str] | None = None, details: dict | None = None) -> list:
+    """Per-group rows and gap rows for one attribute, on the configuration's resamples (`weights`).
+    `signed=(a, b)` reports a - b instead of max - min; `details`: group -> what it is (`group_detail`)."""
+    from focus_dagster.evaluation.intervals import interval
+
     rows, fitted = [], {}
+    y_all, s_all = frame["label"].to_numpy().astype(int), frame["score"].to_numpy().astype(float)
     for name in sorted(groups.dropna().unique(), key=str):
         member = (groups == name).to_numpy()
-        y, s = frame["label"].to_numpy()[member].astype(int), frame["score"].to_numpy()[member].astype(float)
-        tag = f"{attribute}={name}"
+        y = y_all[member]
+        tag, detail = f"{attribute}={name}", (details or {}).get(name)
         if len(y) < min_group:
             rows.append(_row(config, axis, "group", tag, None, None, None, len(y), int(y.sum()),
-                             f"group has {len(y)} images; at least {min_group} are needed"))
+                             f"group has {len(y)} images; at least {min_group} are needed", detail))
             continue
-        values = group_replicates(y, s, settings)
+        values = group_values(y_all, s_all, member, weights)
         fitted[name] = values
         for metric, (point, reason, replicates) in values.items():
-            low, high = _percentiles(replicates)
-            rows.append(_row(config, axis, metric, tag, point, low, high, len(y), int(y.sum()), reason))
+            low, high = interval(metric, point, replicates, y, s_all[member])
+            rows.append(_row(config, axis, metric, tag, point, low, high, len(y), int(y.sum()), reason, detail))
     rows += gap_rows(config, axis, attribute, fitted, signed, groups.notna().sum(), frame)
     return rows
 
@@ -160,7 +205,7 @@ def gap_rows(config, axis, attribute, fitted: dict, signed, n_total, frame) -> l
     for metric in GROUP_METRICS:
         points = [fitted[g][metric][0] for g in fitted]
         stack = np.vstack([fitted[g][metric][2] for g in fitted])
-        replicates = np.nanmax(stack, axis=0) - np.nanmin(stack, axis=0)
+        replicates = stack.max(axis=0) - stack.min(axis=0)  # undefined in a group: undefined gap (NaN)
         gaps[metric] = replicates
         defined = [p for p in points if p is not None]
         point = max(defined) - min(defined) if len(defined) == len(points) else None
@@ -170,12 +215,12 @@ def gap_rows(config, axis, attribute, fitted: dict, signed, n_total, frame) -> l
                          reason))
     tpr_gap, fpr_gap = rows[GROUP_METRICS.index("tpr")]["value"], rows[GROUP_METRICS.index("fpr")]["value"]
     eo = max(tpr_gap, fpr_gap) if tpr_gap is not None and fpr_gap is not None else None
-    low, high = _percentiles(np.fmax(gaps["tpr"], gaps["fpr"]))
+    low, high = _shifted(eo, np.maximum(gaps["tpr"], gaps["fpr"]))
     rows.append(_row(config, axis, "equalized_odds_gap", f"{attribute}:max-min", eo, low, high, n_total, n_pos,
                      None if eo is not None else "TPR or FPR undefined in some group"))
     aurocs = [fitted[g]["auroc"][0] for g in fitted]
     worst = min(aurocs) if all(a is not None for a in aurocs) else None
-    low, high = _percentiles(np.nanmin(np.vstack([fitted[g]["auroc"][2] for g in fitted]), axis=0))
+    low, high = _percentiles(np.vstack([fitted[g]["auroc"][2] for g in fitted]).min(axis=0))
     rows.append(_row(config, axis, "worst_group_auroc", attribute, worst, low, high, n_total, n_pos,
                      None if worst is not None else "AUROC undefined in some group"))
     if len(fitted) == 2:  # two groups: the signed difference too, whose interval can tell "no effect" (0 inside)
@@ -190,6 +235,13 @@ def _difference_row(config, axis, metric, attribute, a, b, group, n_total, n_pos
     low, high = _percentiles(a[2] - b[2])
     return _row(config, axis, f"{metric}_gap", group, point, low, high, n_total, n_pos,
                 None if point is not None else f"{metric} undefined in a group")
+
+
+def _shifted(point, replicates: np.ndarray):
+    """The equalized-odds gap's interval: percentile moved by the bootstrap bias (intervals.CHOICE)."""
+    from focus_dagster.evaluation.intervals import UNIT_RANGE, shifted
+
+    return shifted(point, replicates, bounds=UNIT_RANGE)
 
 
 def _percentiles(replicates: np.ndarray, alpha: float = 0.05):
@@ -214,11 +266,20 @@ def fairness_attributes(frame: pd.DataFrame, available: dict[str, bool],
     if available.get("age"):
         age = pd.to_numeric(frame["age"], errors="coerce")
         median = float(age.median()) if age.notna().any() else float("nan")
-        out["age_median"] = age.map(lambda a: None if pd.isna(a) else (f"<{median:g}" if a < median else f">={median:g}"))
+        out["age_median"] = age.map(lambda a: None if pd.isna(a) else ("below" if a < median else "above"))
         out["age_band"] = age.map(_age_band)
     else:
         out["age_median"] = out["age_band"] = reasons.get("age", _no_metadata("age"))
     return out
+
+
+def age_median_details(frame: pd.DataFrame) -> dict[str, str]:
+    """What `age_median=below` / `above` mean on this test set (the median goes in `group_detail`)."""
+    age = pd.to_numeric(frame["age"], errors="coerce")
+    if not age.notna().any():
+        return {}
+    median = float(age.median())
+    return {"below": f"age < {median:g} (the test set's median)", "above": f"age >= {median:g} (the test set's median)"}
 
 
 def _no_metadata(column: str) -> str:
@@ -239,20 +300,39 @@ def metric_rows(predictions: pd.DataFrame, metadata: pd.DataFrame, coverage: dic
                 reasons: dict[str, str] | None = None) -> pd.DataFrame:
     """The metric rows of the predictions' test split on the chosen axes (metadata: image_id + age, sex,
     quality, camera; coverage: column -> whether the axes group by it; reasons: column -> why not)."""
+    from focus_dagster.evaluation.bootstrap import resample_indices, resample_weights
+
     test = predictions[predictions["split"] == "test"].merge(metadata, on="image_id", how="left")
     rows = []
     for key, frame in test.groupby(CONFIG_COLUMNS, dropna=False, sort=True):
         config = {c: (None if pd.isna(v) else v) for c, v in zip(CONFIG_COLUMNS, key)}
+        frame = frame.reset_index(drop=True)
         y, s = frame["label"].to_numpy(dtype=int), frame["score"].to_numpy(dtype=float)
         threshold = frame["threshold"].iloc[0]
-        if "performance" in axes:  # performance and calibration come from one bootstrap
-            rows += configuration_rows(config, y, s, None if pd.isna(threshold) else float(threshold), settings)
-        if _in_domain(config):
-            rows += _group_axes(config, frame, y, coverage, settings, axes, reasons or {})
+        # The configuration's resamples, shared by every metric of every axis (module docstring).
+        idx = resample_indices(y, settings.n_resamples, configuration_seed(config, settings.seed))
+        found = []
+        if "performance" in axes:
+            found += configuration_rows(config, y, s, None if pd.isna(threshold) else float(threshold), idx)
+        if _in_domain(config) and {"fairness", "quality"} & set(axes):
+            found += _group_axes(config, frame, y, coverage, resample_weights(idx, len(y)), axes, reasons or {})
+        rows += _flag_degenerate(found, y)
     return typed(pd.DataFrame(rows, columns=METRIC_COLUMNS))
 
 
-def _group_axes(config, frame, y, coverage, settings, axes, reasons) -> list:
+def _flag_degenerate(rows: list, y: np.ndarray) -> list:
+    """Every row of a configuration whose test split has too few positives or negatives, flagged with why."""
+    from focus_dagster.evaluation.metrics import MIN_POSITIVES
+
+    positives, negatives = int(y.sum()), int(len(y) - y.sum())
+    degenerate = min(positives, negatives) < MIN_POSITIVES
+    reason = (f"degenerate: the test split has {positives} positive and {negatives} negative images "
+              f"(fewer than {MIN_POSITIVES} of one class); its numbers rest on a handful of images"
+              if degenerate else None)
+    return [{**row, "degenerate": degenerate, "degenerate_reason": reason} for row in rows]
+
+
+def _group_axes(config, frame, y, coverage, weights, axes, reasons) -> list:
     """The fairness and quality rows of one in-domain configuration (those of the chosen axes)."""
     rows = []
     if "fairness" in axes:
@@ -261,13 +341,14 @@ def _group_axes(config, frame, y, coverage, settings, axes, reasons) -> list:
                 rows.append(_row(config, "fairness", "attribute", attribute, None, None, None, len(y), int(y.sum()),
                                  groups))
             else:
+                details = age_median_details(frame) if attribute == "age_median" else None
                 rows += group_rows(config, "fairness", attribute, frame, groups.reset_index(drop=True),
-                                   settings, FAIRNESS_MIN_GROUP)
+                                   weights, FAIRNESS_MIN_GROUP, details=details)
     if "quality" not in axes:
         return rows
     if coverage.get("quality"):
         rows += group_rows(config, "quality", "quality", frame, frame["quality"].reset_index(drop=True),
-                           settings, QUALITY_MIN_GROUP, signed=("adequate", "inadequate"))
+                           weights, QUALITY_MIN_GROUP, signed=("adequate", "inadequate"))
     else:
         rows.append(_row(config, "quality", "attribute", "quality", None, None, None, len(y), int(y.sum()),
                          reasons.get("quality", _no_metadata("quality"))))
@@ -283,8 +364,9 @@ UNAVAILABLE_AXIS, UNAVAILABLE_METRIC = "performance", "auroc"
 def unavailable_metric_rows(unavailable: pd.DataFrame, run_id: str) -> pd.DataFrame:
     """One metric row per unavailable configuration (a row of the predictions' unavailable table): value,
     interval, n and n_pos empty, the reason, and the lineage the unavailable row recorded."""
-    rows = [_row({c: _text(record.get(c)) for c in CONFIG_COLUMNS}, UNAVAILABLE_AXIS, UNAVAILABLE_METRIC, "",
-                 None, None, None, 0, 0, record["reason"]) for record in unavailable.to_dict("records")]
+    rows = [{**_row({c: _text(record.get(c)) for c in CONFIG_COLUMNS}, UNAVAILABLE_AXIS, UNAVAILABLE_METRIC, "",
+                    None, None, None, 0, 0, record["reason"]), "degenerate": False, "degenerate_reason": None}
+            for record in unavailable.to_dict("records")]
     lineage = unavailable.reindex(columns=LINEAGE_COLUMNS).rename(columns={"run_id": "predictions_run_id"})
     table = typed(pd.DataFrame(rows, columns=METRIC_COLUMNS))
     return pd.concat([table, lineage.reset_index(drop=True).astype(object)], axis=1).assign(run_id=run_id)
@@ -304,7 +386,7 @@ def _text(value):
     return None if value is None or pd.isna(value) or value == "" else value
 
 
-TEXT_COLUMNS = ("metric_id", *CONFIG_COLUMNS, "axis", "metric", "group", "reason")
+TEXT_COLUMNS = ("metric_id", *CONFIG_COLUMNS, "axis", "metric", "group", "reason", "group_detail", "degenerate_reason")
 
 
 def typed(table: pd.DataFrame) -> pd.DataFrame:
@@ -314,6 +396,7 @@ def typed(table: pd.DataFrame) -> pd.DataFrame:
         out[column] = out[column].astype(object).where(out[column].notna(), None)
     for column in ("value", "ci_low", "ci_high"):
         out[column] = pd.to_numeric(out[column], errors="coerce").astype(float)
+    out["degenerate"] = out["degenerate"].fillna(False).astype(bool)
     return out
 
 

@@ -2,6 +2,7 @@
 
 Usage: .venv/bin/python bench/coverage.py [--quick] [--datasets 500] [--resamples 1000] [--sizes 30,100,300,1000]
                                           [--prevalences 0.05,0.2,0.5] [--scenarios ...] [--out FILE.md]
+                                          [--merge-into FILE.json]
 
 Each cell (scenario x test-set size n x prevalence) draws ``--datasets`` seeded datasets with fixed class
 counts (``n_pos = round(prevalence * n)``; the design prevalence used for the truth is ``n_pos / n``), computes
@@ -27,9 +28,22 @@ Scenarios and their truths:
   add the very upward bias under study); 0 exactly for ``calibrated``. True Brier = E[s^2 - 2 s p + p].
 - ``groups_equal`` / ``groups_diff``: two groups of n / 2 images (each with round(prevalence * n / 2)
   positives), negatives N(-1, 1), positives N(m_g, 1), threshold 0: TPR_A = 0.8 and TPR_B = 0.8 (equal) or
-  0.65 (diff), FPR = 1 - Phi(1) in both. Each group resampled on its own (as ``tables.group_rows``).
+  0.65 (diff), FPR = 1 - Phi(1) in both. Resampled as the platform does (``tables``' design): the whole set
+  (both groups) is resampled once per dataset, stratified by label only (``resample_indices`` on the
+  concatenated labels, ``resample_weights``), and a group's replicate r is its metric on the images of the
+  group that resample r drew, with multiplicities (``bootstrap.group_replicates``; scores passed through
+  expit with threshold 0.5, the same predictions as threshold 0 on the raw scores), so both groups share
+  every resample and a group's size and positives vary across replicates. A gap's replicate is the gap on
+  that replicate (NaN when TPR/FPR is undefined in a group there: left out by every method). BCa of a gap:
+  ``intervals.group_jackknife`` of the groups' closed-form leave-one-out TPR/FPR, acceleration strata
+  ``intervals.label_strata`` of the whole set's labels (the strata the resampling used).
   Metrics: tpr_gap (max - min, truth 0 or 0.15), tpr_diff (signed A - B, truth 0 or 0.15), eo_gap
-  (max(tpr gap, fpr gap), truth 0 or 0.15).
+  (max(tpr gap, fpr gap), truth 0 or 0.15). (Before, each group was resampled on its own; those results
+  are in git history.)
+
+``--merge-into FILE.json`` (with ``--scenarios``): recompute only the given scenarios and take every other
+scenario's rows (and timings) from FILE.json, then rewrite FILE.json and its .md (unless ``--out``) with the
+full table; the header records what was recomputed and what was reused.
 
 The chosen method per metric is the one with the most cells in the 92-98% band (ties: the smaller largest
 distance to 95%); the cells where no method reaches the band are listed.
@@ -52,7 +66,12 @@ from scipy.special import expit, log_ndtr, logit, ndtr, ndtri
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from focus_dagster.evaluation import intervals as iv  # noqa: E402
-from focus_dagster.evaluation.bootstrap import replicates_many, resample_indices  # noqa: E402
+from focus_dagster.evaluation.bootstrap import (  # noqa: E402
+    group_replicates,
+    replicates_many,
+    resample_indices,
+    resample_weights,
+)
 from focus_dagster.evaluation.metrics import bin_index, call_metric  # noqa: E402
 
 METHODS = ("percentile", "basic", "shifted", "bc", "bca")
@@ -165,46 +184,47 @@ def single(scenario: str, metrics: tuple, y, s, resamples: int, seed: int) -> di
 
 
 def grouped(groups: list, resamples: int, seed: int) -> dict:
-    points, reps, jacks = {}, {}, {}
-    for metric, name in (("tpr", "sensitivity"), ("fpr", "specificity")):
-        points[metric], reps[metric], jacks[metric] = [], [], []
-        for g, (y, s) in enumerate(groups):
-            idx = resample_indices(y, resamples, seed * 2 + g)
-            value = call_metric(name, y, s, threshold=0.0).value
-            rep = replicates_many((name,), y, s, idx, threshold=0.0)[name]
-            jack = iv.jackknife_confusion(name, y, s, 0.0)
-            if metric == "fpr":
-                value, rep, jack = (None if value is None else 1 - value), 1 - rep, 1 - jack
+    """The platform's design: one label-stratified resampling of the whole set, shared by the groups."""
+    y = np.concatenate([g[0] for g in groups])
+    s = expit(np.concatenate([g[1] for g in groups]))  # probabilities for group_replicates; >= 0.5 iff raw >= 0
+    group = np.repeat(np.arange(len(groups)), [len(g[0]) for g in groups])
+    weights = resample_weights(resample_indices(y, resamples, seed), len(y))
+    points, reps, jacks = {"tpr": [], "fpr": []}, {"tpr": [], "fpr": []}, {"tpr": [], "fpr": []}
+    for g in range(len(groups)):
+        member = group == g
+        replicates = group_replicates(y, s, weights, member, threshold=0.5)
+        ym, sm = y[member], s[member]
+        tpr = call_metric("sensitivity", ym, sm, threshold=0.5).value
+        specificity = call_metric("specificity", ym, sm, threshold=0.5).value
+        for metric, value in (("tpr", tpr), ("fpr", None if specificity is None else 1 - specificity)):
             points[metric].append(value)
-            reps[metric].append(rep)
-            jacks[metric].append(jack)
-    strata = iv.label_strata(*(y for y, _ in groups))
+            reps[metric].append(replicates[metric])
+            jacks[metric].append(iv.jackknife_confusion(metric, ym, sm, 0.5))
+    strata = iv.label_strata(y)  # images in group order, as group_jackknife concatenates them
     out = {}
-    undefined = any(v is None for v in points["tpr"] + points["fpr"])
 
-    def maxmin(v):
-        return np.nanmax(v, axis=1) - np.nanmin(v, axis=1)
+    def maxmin(v):  # NaN in a group -> NaN gap (as tables.gap_rows)
+        return v.max(axis=1) - v.min(axis=1)
 
-    stats = {
-        "tpr_gap": (maxmin, "tpr"), "tpr_diff": (lambda v: v[:, 0] - v[:, 1], "tpr"),
-    }
-    for name, (combine, metric) in stats.items():
-        if any(v is None for v in points[metric]):
+    stats = {"tpr_gap": maxmin, "tpr_diff": lambda v: v[:, 0] - v[:, 1]}
+    for name, combine in stats.items():
+        if any(v is None for v in points["tpr"]):
             out[name] = (None, None)
             continue
-        point = float(combine(np.array([points[metric]]))[0])
-        replicates = combine(np.vstack(reps[metric]).T)
-        jack = iv.group_jackknife(combine, points[metric], jacks[metric])
+        point = float(combine(np.array([points["tpr"]]))[0])
+        replicates = combine(np.vstack(reps["tpr"]).T)
+        jack = iv.group_jackknife(combine, points["tpr"], jacks["tpr"])
         out[name] = (point, intervals_for(point, replicates, jack, strata, BOUNDS.get(name, (0.0, 1.0))))
-    if undefined:
+    if any(v is None for v in points["tpr"] + points["fpr"]):
         out["eo_gap"] = (None, None)
     else:
         def eo(v):  # v: [m, groups, 2 (tpr, fpr)]
             return np.maximum(v[:, :, 0].max(1) - v[:, :, 0].min(1), v[:, :, 1].max(1) - v[:, :, 1].min(1))
-        base = np.array([[points["tpr"][g], points["fpr"][g]] for g in range(2)])
+        base = np.array([[points["tpr"][g], points["fpr"][g]] for g in range(len(groups))])
         point = float(eo(base[None])[0])
         replicates = eo(np.stack([np.vstack(reps["tpr"]).T, np.vstack(reps["fpr"]).T], axis=2))
-        jack = iv.group_jackknife(eo, list(base), [np.c_[jacks["tpr"][g], jacks["fpr"][g]] for g in range(2)])
+        jack = iv.group_jackknife(eo, list(base), [np.c_[jacks["tpr"][g], jacks["fpr"][g]]
+                                                   for g in range(len(groups))])
         out["eo_gap"] = (point, intervals_for(point, replicates, jack, strata, (0.0, 1.0)))
     return out
 
@@ -318,6 +338,9 @@ def main(argv=None) -> int:
     parser.add_argument("--prevalences", default="0.05,0.2,0.5")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--out", default=None, help="markdown file for the table (a .json next to it)")
+    parser.add_argument("--merge-into", default=None, metavar="FILE.json",
+                        help="recompute only --scenarios; reuse every other scenario's rows from FILE.json and "
+                             "rewrite it (and its .md unless --out) with the full table")
     args = parser.parse_args(argv)
     sizes = [int(v) for v in args.sizes.split(",")]
     prevalences = [float(v) for v in args.prevalences.split(",")]
@@ -327,27 +350,50 @@ def main(argv=None) -> int:
     scenarios = args.scenarios.split(",")
     command = "python bench/coverage.py " + " ".join(argv if argv is not None else sys.argv[1:])
     rows, timings = [], {}
+    reused_rows, reused_timings, reused_note = [], {}, []
+    if args.merge_into:
+        previous = json.loads(Path(args.merge_into).read_text())
+        reused_rows = [r for r in previous["rows"] if r["scenario"] not in scenarios]
+        reused_timings = {k: v for k, v in previous.get("timings_s", {}).items() if k.split()[0] not in scenarios}
+        kept = list(dict.fromkeys(r["scenario"] for r in reused_rows))
+        md = Path(args.merge_into).with_suffix(".md")
+        earlier = previous.get("date") or next((line.split(": ", 1)[1] for line in (
+            md.read_text().splitlines() if md.exists() else []) if line.startswith("- date: ")), "unknown")
+        reused_note = [f"- recomputed: scenarios {scenarios}; reused unchanged from {args.merge_into}: scenarios "
+                       f"{kept} ({len(reused_rows)} rows; from `{(previous.get('reused_from') or {}).get('command') or previous['command']}`, "
+                       f"date {(previous.get('reused_from') or {}).get('date') or earlier})"]
+        args.out = args.out or str(md)
+    rows = list(reused_rows)
     start_all = time.perf_counter()
+    now = datetime.now(timezone.utc).isoformat(timespec='seconds')
     header = ["# Bootstrap interval coverage (bench/coverage.py)", "",
               f"- command: `{command}`",
-              f"- date: {datetime.now(timezone.utc).isoformat(timespec='seconds')}",
+              f"- date: {now}",
+              *reused_note,
               f"- machine: {platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}, "
               f"Python {platform.python_version()}, numpy {np.__version__}; one process",
               f"- grid: scenarios {scenarios}, n {sizes}, prevalence {prevalences}, {datasets} datasets per cell, "
-              f"{args.resamples} stratified resamples each (sizes in the outer loop: a cut run leaves whole sizes)"]
+              f"{args.resamples} stratified resamples each (sizes in the outer loop: a cut run leaves whole sizes)"
+              + (" [this grid: the recomputed scenarios only]" if args.merge_into else "")]
 
     def save(final: bool) -> None:
         total = time.perf_counter() - start_all
         state = "complete" if final else f"PARTIAL (written after each cell; {len(timings)} cells so far)"
         chosen, misses = choose(rows)
-        text = table(rows, chosen, misses, header + [f"- runtime: {total:.0f} s wall ({total / 60:.1f} min), {state}"])
+        text = table(rows, chosen, misses, header + [f"- runtime: {total:.0f} s wall ({total / 60:.1f} min), {state}"
+                                                     + (" (recomputed scenarios only)" if args.merge_into else "")])
         if final:
             print(text)
         if args.out:
             Path(args.out).write_text(text)
             Path(args.out).with_suffix(".json").write_text(json.dumps(
-                {"command": command, "runtime_s": total, "state": state, "timings_s": timings, "rows": rows,
-                 "chosen": chosen}, indent=1))
+                {"command": command, "date": now, "runtime_s": total, "state": state,
+                 "recomputed_scenarios": scenarios if args.merge_into else None,
+                 "reused_from": None if not args.merge_into else {
+                     "file": args.merge_into, "command": (previous.get("reused_from") or {}).get("command")
+                     or previous["command"], "date": (previous.get("reused_from") or {}).get("date") or earlier,
+                     "scenarios": kept, "runtime_s": previous.get("runtime_s")},
+                 "timings_s": {**reused_timings, **timings}, "rows": rows, "chosen": chosen}, indent=1))
 
     for n in sizes:
         for scenario in scenarios:

@@ -2,6 +2,17 @@
 
 Usage: .venv/bin/python bench/metrics.py [--configs 500] [--samples 700] [--resamples 1000] [--loop-configs 5]
                                          [--json FILE]
+       .venv/bin/python bench/metrics.py --axes all [--configs 532] [--samples 700] [--resamples 1000]
+                                         [--reference-configs 12] [--repeats 3] [--json FILE]
+
+``--axes all``: ``tables.metric_rows`` on the four axes (performance, calibration, fairness by sex, age median
+and age bands, quality groups) for ``--configs`` synthetic configurations of ``--samples`` test images (four
+datasets with metadata: ties in scores and ages, a small and an undefined group, a degenerate configuration,
+configurations without a Youden threshold), printed as ms per configuration. Next to it, on the first
+``--reference-configs`` configurations, the pre-change implementation: ``bootstrap``, ``intervals`` and
+``tables`` as committed at ``--reference`` (default HEAD, ``git show``), loaded as separate modules; the two
+are timed interleaved in the same process (``--repeats`` rounds, medians), and the largest differences of
+value / ci_low / ci_high between them are printed (targets 1e-12 / 1e-9 / 1e-9).
 
 Each configuration is a synthetic evaluation set (seeded): ``--samples`` images, a prevalence drawn in
 [0.05, 0.5], binormal scores with a target AUROC drawn in [0.6, 0.95], mapped to probabilities by a
@@ -110,6 +121,141 @@ def max_differences(a: list[dict], b: list[dict]) -> tuple[float, float]:
     return point, bounds
 
 
+REFERENCE_MODULES = {"focus_dagster.evaluation.bootstrap": "_reference_bootstrap",
+                     "focus_dagster.evaluation.intervals": "_reference_intervals",
+                     "focus_dagster.evaluation.tables": "_reference_tables"}
+
+
+def reference_tables(rev: str = "HEAD"):
+    """``tables`` (with the ``bootstrap`` and ``intervals`` it imports) as committed at ``rev``, as separate modules."""
+    import subprocess
+    import types
+
+    root = Path(__file__).resolve().parents[1]
+    sources = {}
+    for full, short in REFERENCE_MODULES.items():
+        text = subprocess.run(["git", "show", f"{rev}:{full.replace('.', '/')}.py"], cwd=root, capture_output=True,
+                              text=True, check=True).stdout
+        for name, alias in REFERENCE_MODULES.items():
+            text = text.replace(name, alias)
+        module = types.ModuleType(short)
+        module.__file__ = f"<{rev}:{full}>"
+        sys.modules[short] = module
+        sources[short] = text
+    for short, text in sources.items():
+        exec(compile(text, sys.modules[short].__file__, "exec"), sys.modules[short].__dict__)
+    return sys.modules["_reference_tables"]
+
+
+def axes_data(n_configs: int, n: int, seed: int = 0):
+    """Predictions and metadata of ``n_configs`` synthetic configurations on four datasets (``--axes all``)."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    metas = []
+    n_datasets = max(1, min(4, n_configs))
+    for d in range(n_datasets):
+        age = rng.uniform(20, 90, n)
+        age[rng.random(n) < 0.1] = np.nan
+        if d == 1:
+            age = np.round(age)  # ties at the median
+        sex = rng.choice(np.array(["F", "M", None], dtype=object), n, p=[0.48, 0.48, 0.04])
+        quality = rng.choice(np.array(["adequate", "inadequate", None], dtype=object), n, p=[0.85, 0.12, 0.03])
+        if d == 2:  # small groups (some below the minimum)
+            quality = np.where(rng.random(n) < 0.995, "adequate", "inadequate").astype(object)
+            sex = np.where(rng.random(n) < 0.99, "F", "M").astype(object)
+        metas.append(pd.DataFrame({"image_id": [f"d{d}-{k}" for k in range(n)], "age": age, "sex": sex,
+                                   "quality": quality, "camera": None}))
+    predictions = []
+    for i in range(n_configs):
+        d = i % n_datasets
+        r = np.random.default_rng([seed, i])
+        y = (r.random(n) < r.uniform(0.05, 0.5)).astype(int)
+        if i == 3:  # degenerate: 3 positives
+            y[:] = 0
+            y[:3] = 1
+        if i % 5 == 4:  # a group with one class: AUROC and TPR undefined there
+            y[(metas[d]["sex"] == "M").to_numpy()] = 0
+        latent = r.normal(1.2 * y, 1.0)
+        s = 1 / (1 + np.exp(-(r.uniform(0.5, 2) * latent + r.uniform(-1, 1))))
+        if i % 2:
+            s = np.round(s, 2 if i % 4 == 1 else 3)  # ties
+        if i % 7 == 6:
+            s[:50], s[50:80] = 1.0, 0.0
+        predictions.append(pd.DataFrame({
+            "dataset": f"ds{d}", "image_id": metas[d]["image_id"], "task": "any_dr", "model": f"m{i:04d}",
+            "interface": "vm", "method": "linear_probe", "train_dataset": f"ds{d}", "score": s,
+            "score_reference": np.nan, "threshold": np.nan if i % 9 == 8 else r.uniform(0.2, 0.8), "label": y,
+            "split": "test"}))
+    return pd.concat(predictions, ignore_index=True), pd.concat(metas, ignore_index=True)
+
+
+AXES_COVERAGE = {"sex": True, "age": True, "quality": True, "camera": False}
+
+
+def table_differences(a, b) -> dict[str, float]:
+    """Largest |a - b| of value, ci_low, ci_high (same rows; nulls must match, and every other column)."""
+    assert list(a.columns) == list(b.columns) and len(a) == len(b)
+    for column in a.columns.difference(["value", "ci_low", "ci_high"]):
+        x, y = a[column].astype(object), b[column].astype(object)
+        assert ((x == y) | (x.isna() & y.isna())).all(), f"column {column} differs"
+    out = {}
+    for column in ("value", "ci_low", "ci_high"):
+        x, y = a[column].to_numpy(), b[column].to_numpy()
+        assert (np.isnan(x) == np.isnan(y)).all(), f"nulls of {column} differ"
+        both = ~np.isnan(x)
+        out[column] = float(np.max(np.abs(x[both] - y[both]))) if both.any() else 0.0
+    return out
+
+
+def main_axes(args) -> dict:
+    from statistics import median
+
+    from focus_dagster.evaluation import tables
+
+    predictions, metadata = axes_data(args.configs, args.samples)
+    settings = tables.Settings(n_resamples=args.resamples, seed=0)
+    reference = reference_tables(args.reference)
+    head_models = sorted(predictions["model"].unique())[: args.reference_configs]
+    head = predictions[predictions["model"].isin(head_models)]
+    tables.metric_rows(head[head["model"] == head_models[0]], metadata, AXES_COVERAGE, settings)  # warm-up
+    new_ms, old_ms = [], []
+    for _ in range(args.repeats):  # interleaved: the same load on both
+        started = time.perf_counter()
+        new = tables.metric_rows(head, metadata, AXES_COVERAGE, settings)
+        new_ms.append(1000 * (time.perf_counter() - started) / len(head_models))
+        started = time.perf_counter()
+        old = reference.metric_rows(head, metadata, AXES_COVERAGE, reference.Settings(args.resamples, 0))
+        old_ms.append(1000 * (time.perf_counter() - started) / len(head_models))
+    differences = table_differences(new, old)
+    started = time.perf_counter()
+    rows = tables.metric_rows(predictions, metadata, AXES_COVERAGE, settings)
+    all_seconds = time.perf_counter() - started
+    figures = {
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip() + f", {os.cpu_count()} cores",
+        "axes": list(tables.AXES), "samples": args.samples, "resamples": args.resamples,
+        "configs": args.configs, "rows": len(rows), "seconds_all_configs": round(all_seconds, 2),
+        "ms_per_config": round(1000 * all_seconds / args.configs, 1),
+        "reference": args.reference, "reference_configs": len(head_models), "repeats": args.repeats,
+        "ms_per_config_same_configs_median": round(median(new_ms), 1),
+        "reference_ms_per_config_same_configs_median": round(median(old_ms), 1),
+        "speedup": round(median(old_ms) / median(new_ms), 2),
+        "max_abs_diff": differences,
+    }
+    print(f"metric_rows, four axes, {args.samples} test images, {args.resamples} resamples; {figures['machine']}")
+    print(f"  all {args.configs} configurations ({len(rows)} rows): {all_seconds:.2f} s = "
+          f"{figures['ms_per_config']} ms per configuration (target <= 30)")
+    print(f"  on {len(head_models)} configurations, interleaved, median of {args.repeats}: "
+          f"now {figures['ms_per_config_same_configs_median']} ms, {args.reference} "
+          f"{figures['reference_ms_per_config_same_configs_median']} ms per configuration ({figures['speedup']}x)")
+    print(f"  max |now - {args.reference}|: value {differences['value']:.2e} (<= 1e-12), "
+          f"ci_low {differences['ci_low']:.2e}, ci_high {differences['ci_high']:.2e} (<= 1e-9)")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    return figures
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--configs", type=int, default=500, help="configurations for the vectorised timing")
@@ -117,7 +263,15 @@ def main(argv=None) -> dict:
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
     parser.add_argument("--loop-configs", type=int, default=5, help="configurations timed both ways (the loop is slow)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--axes", choices=["all"], help="time tables.metric_rows on the four axes instead")
+    parser.add_argument("--reference", default="HEAD", help="--axes all: the git revision to compare with")
+    parser.add_argument("--reference-configs", type=int, default=12, help="--axes all: configurations timed both ways")
+    parser.add_argument("--repeats", type=int, default=3, help="--axes all: interleaved rounds (medians)")
     args = parser.parse_args(argv)
+    if args.axes:
+        if "--configs" not in (argv if argv is not None else sys.argv[1:]):
+            args.configs = 532
+        return main_axes(args)
 
     from focus_dagster.evaluation.bootstrap import resample_indices
 

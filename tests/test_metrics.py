@@ -216,7 +216,8 @@ def test_bootstrap_intervals():
         assert interval.replicates.shape == (300,)
         assert np.array_equal(interval.replicates, again[name].replicates)
         assert interval.point == M.call_metric(name, y, s)
-        assert interval.low <= interval.point.value <= interval.high, name
+        if not name.startswith("ece"):  # ECE is biased upward: its percentile interval may lie above the point
+            assert interval.low <= interval.point.value <= interval.high, name
     assert first["auroc"].high - first["auroc"].low < 0.15
 
 

@@ -126,6 +126,17 @@ class _Sample:
         """``(bin, confidence, outcome, n_bins)`` per image for ``ece``, ``ece_15`` or ``ece_top_label``."""
         return self._calibration[name]
 
+    def calibration_gap(self, name: str) -> np.ndarray:
+        """``confidence - outcome`` per image for the calibration form ``name``."""
+        if name not in self._gaps:
+            _, confidence, outcome, _ = self._calibration[name]
+            self._gaps[name] = confidence - outcome
+        return self._gaps[name]
+
+    @cached_property
+    def _gaps(self) -> dict:
+        return {}
+
     @cached_property
     def _calibration(self) -> dict:
         reliability = (self.s, self.y.astype(np.float64))
@@ -208,10 +219,9 @@ def _f1(chunk: _Chunk) -> np.ndarray:
 def _calibration_kernel(name: str):
     def kernel(chunk: _Chunk) -> np.ndarray:
         bins, confidence, outcome, n_bins = chunk.sample.calibration(name)
-        keys = bins[chunk.idx]
-        gap = np.abs(row_bincount(keys, n_bins + 1, confidence[chunk.idx])
-                     - row_bincount(keys, n_bins + 1, outcome[chunk.idx]))
-        return _ratio(gap.sum(axis=1), np.full(len(keys), float(chunk.size)))  # sum_b |S_b - Y_b| / N
+        # S_b - Y_b as one weighted count of the per-image gap (equal to float rounding to the two counts' difference)
+        gap = np.abs(row_bincount(bins[chunk.idx], n_bins + 1, chunk.sample.calibration_gap(name)[chunk.idx]))
+        return _ratio(gap.sum(axis=1), np.full(len(gap), float(chunk.size)))  # sum_b |S_b - Y_b| / N
 
     kernel.__name__ = f"_{name}"
     return kernel
@@ -361,3 +371,96 @@ def _weighted_ece(w, y, s, size, n_bins) -> np.ndarray:
     onehot[np.arange(len(s)), bins] = 1.0
     gap = np.abs(w @ (onehot * s[:, None]) - w @ (onehot * y[:, None]))
     return _ratio(gap.sum(axis=1), size)
+
+
+class GroupResamples:
+    """One configuration's resamples (``weights`` [R, n], ``resample_weights``) prepared once for the group
+    kernels of all its attributes: ``replicates(groups, n_groups)`` gives ``group_replicates`` of every group
+    of an attribute at once, as [R, n_groups] arrays (column k = the images whose code is k; code -1 = in no
+    group).
+
+    Same numbers as ``group_replicates`` group by group: the counts (size, positives, predictions, the
+    confusion cells) and the AUROC's Mann-Whitney U are integer (U: half-integer) sums, computed exactly (in
+    float32 where every partial sum stays below 2**24, float64 otherwise), so the rates and AUROC are the same
+    floats; the ECE is a float64 weighted sum, equal to float rounding. How: one matrix product of the weights
+    against the groups' indicator columns for all counts, one against the (group, bin) columns of ``s - y`` for
+    the ECE, and for the AUROC one cumulative sum of the drawn negatives in (group, score) order, read at each
+    positive's tie block (negatives of its group below its score, and through its score), weighted by the
+    positive's multiplicity and summed per group by a product with the groups' indicator.
+    """
+
+    def __init__(self, y_true, y_score, weights: np.ndarray, *, threshold: float = 0.5, n_bins: int = 10,
+                 min_positives: int = MIN_POSITIVES):
+        self.y, self.s = as_probabilities(y_true, y_score)
+        self.weights = np.asarray(weights, dtype=np.float64)
+        if self.weights.ndim != 2 or self.weights.shape[1] != len(self.y):
+            raise ValueError(f"weights must be [resamples, {len(self.y)}], got {self.weights.shape}")
+        self.threshold, self.n_bins, self.min_positives = threshold, n_bins, min_positives
+        n = len(self.y)
+        # integer sums are exact in float32 below 2**24: counts <= n, 2U <= n**2 / 2 (every row draws n images)
+        self.exact_dtype = np.float32 if n * n // 2 < 2**24 else np.float64
+
+    @cached_property
+    def counts_weights(self) -> np.ndarray:
+        return self.weights.astype(self.exact_dtype)
+
+    @cached_property
+    def rank(self) -> tuple[np.ndarray, int]:
+        distinct, inverse = np.unique(self.s, return_inverse=True)
+        return inverse.astype(np.int64), len(distinct)
+
+    @cached_property
+    def bins(self) -> np.ndarray:
+        return bin_index(self.s, self.n_bins)
+
+    def replicates(self, groups, n_groups: int) -> dict[str, np.ndarray]:
+        codes = np.asarray(groups, dtype=np.intp)
+        y, s, w = self.y, self.s, self.counts_weights
+        n_res, n = self.weights.shape
+        if codes.shape != (n,) or (codes >= n_groups).any():
+            raise ValueError(f"groups must be {n} codes in [-1, {n_groups})")
+        rows = np.flatnonzero(codes >= 0)
+        g, ym = codes[rows], y[rows]
+        predicted = s[rows] >= self.threshold
+        indicator = np.zeros((n, 5, n_groups), dtype=self.exact_dtype)
+        for k, column in enumerate((np.ones(len(rows), bool), ym, predicted, predicted & ym, predicted & ~ym)):
+            indicator[rows, k, g] = column
+        counts = (w @ indicator.reshape(n, 5 * n_groups)).astype(np.float64).reshape(n_res, 5, n_groups)
+        size, positives, predicted_n, true_pos, false_pos = (counts[:, k] for k in range(5))
+        negatives = size - positives
+        return {
+            "positive_rate": _ratio(predicted_n, size),
+            "accuracy": _ratio(true_pos + (negatives - false_pos), size),
+            "tpr": _ratio(true_pos, positives),
+            "fpr": _ratio(false_pos, negatives),
+            "auroc": self._auroc(rows, g, ym, n_groups, positives, negatives),
+            "ece": self._ece(rows, g, ym, n_groups, size),
+        }
+
+    def _auroc(self, rows, g, ym, n_groups, positives, negatives) -> np.ndarray:
+        w = self.counts_weights
+        rank, n_distinct = self.rank
+        key = g.astype(np.int64) * (n_distinct + 1) + rank[rows]
+        neg_rows, neg_keys = rows[~ym], key[~ym]
+        order = np.argsort(neg_keys, kind="stable")
+        neg_rows, neg_keys = neg_rows[order], neg_keys[order]
+        pos_rows, pos_keys, pos_groups = rows[ym], key[ym], g[ym]
+        cum = np.zeros((w.shape[0], len(neg_rows) + 1), dtype=w.dtype)
+        np.cumsum(w[:, neg_rows], axis=1, out=cum[:, 1:])
+        lo = np.searchsorted(neg_keys, pos_keys, "left")  # negatives of the group below the score (+ start)
+        hi = np.searchsorted(neg_keys, pos_keys, "right")  # ... through the score
+        start = np.searchsorted(neg_keys, pos_groups.astype(np.int64) * (n_distinct + 1), "left")
+        twice = cum[:, lo] + cum[:, hi]
+        twice -= 2 * cum[:, start]  # 2 * (below + half the tied), per drawn copy of each positive
+        onehot = np.zeros((len(pos_rows), n_groups), dtype=w.dtype)
+        onehot[np.arange(len(pos_rows)), pos_groups] = 1
+        u = ((w[:, pos_rows] * twice) @ onehot).astype(np.float64) * 0.5
+        defined = np.minimum(positives, negatives) >= max(self.min_positives, 1)
+        return np.where(defined, _ratio(u, positives * negatives), np.nan)
+
+    def _ece(self, rows, g, ym, n_groups, size) -> np.ndarray:
+        n_bins = self.n_bins + 1
+        gap_columns = np.zeros((len(self.y), n_groups * n_bins))
+        gap_columns[rows, g * n_bins + self.bins[rows]] = self.s[rows] - ym
+        gap = np.abs(self.weights @ gap_columns).reshape(-1, n_groups, n_bins)
+        return _ratio(gap.sum(axis=2), size)

@@ -148,10 +148,15 @@ def group_values(y: np.ndarray, s: np.ndarray, member: np.ndarray, weights: np.n
     the point on the group's images, the replicates on the group's share of each of the configuration's
     resamples (`weights`, see the module docstring)."""
     from focus_dagster.evaluation.bootstrap import group_replicates
-    from focus_dagster.evaluation.metrics import call_metric
 
     replicates = group_replicates(y, s, weights, member, threshold=threshold)
-    ym, sm = y[member], s[member]
+    return _group_points(y[member], s[member], replicates, threshold)
+
+
+def _group_points(ym: np.ndarray, sm: np.ndarray, replicates: dict, threshold: float = 0.5) -> dict:
+    """`group_values` from the group's images and its replicates (`{metric: [R]}`)."""
+    from focus_dagster.evaluation.metrics import call_metric
+
     points = {key: call_metric(name, ym, sm, threshold=threshold)
               for key, name in (("accuracy", "accuracy"), ("tpr", "sensitivity"), ("auroc", "auroc"), ("ece", "ece"))}
     specificity = call_metric("specificity", ym, sm, threshold=threshold)
@@ -162,26 +167,41 @@ def group_values(y: np.ndarray, s: np.ndarray, member: np.ndarray, weights: np.n
     return {metric: out[metric] for metric in GROUP_METRICS}
 
 
-def group_rows(config: dict, axis: str, attribute: str, frame: pd.DataFrame, groups: pd.Series, weights: np.ndarray,
+def group_rows(config: dict, axis: str, attribute: str, frame: pd.DataFrame, groups: pd.Series, weights,
                min_group: int, signed: tuple[str, str] | None = None, details: dict | None = None) -> list:
-    """Per-group rows and gap rows for one attribute, on the configuration's resamples (`weights`).
+    """Per-group rows and gap rows for one attribute, on the configuration's resamples (`weights`: the
+    [R, n] resample weights, or a `bootstrap.GroupResamples` of them shared by the configuration's attributes).
     `signed=(a, b)` reports a - b instead of max - min; `details`: group -> what it is (`group_detail`)."""
+    from focus_dagster.evaluation.bootstrap import GroupResamples
     from focus_dagster.evaluation.intervals import interval
+    from focus_dagster.evaluation.metrics import as_labels
 
     rows, fitted = [], {}
-    y_all, s_all = frame["label"].to_numpy().astype(int), frame["score"].to_numpy().astype(float)
-    for name in sorted(groups.dropna().unique(), key=str):
-        member = (groups == name).to_numpy()
+    y_all, s_all = as_labels(frame["label"].to_numpy().astype(int)), frame["score"].to_numpy().astype(float)
+    resamples = weights if isinstance(weights, GroupResamples) else GroupResamples(y_all, s_all, weights)
+    names = sorted(groups.dropna().unique(), key=str)
+    labels = groups.to_numpy()
+    members = {name: labels == name for name in names}
+    codes, usable = np.full(len(y_all), -1, dtype=np.intp), []
+    for name in names:
+        if members[name].sum() >= min_group:
+            codes[members[name]] = len(usable)
+            usable.append(name)
+    replicates = resamples.replicates(codes, len(usable)) if usable else {}
+    for name in names:
+        member = members[name]
         y = y_all[member]
         tag, detail = f"{attribute}={name}", (details or {}).get(name)
         if len(y) < min_group:
             rows.append(_row(config, axis, "group", tag, None, None, None, len(y), int(y.sum()),
                              f"group has {len(y)} images; at least {min_group} are needed", detail))
             continue
-        values = group_values(y_all, s_all, member, weights)
+        k = usable.index(name)
+        s = s_all[member]
+        values = _group_points(y, s, {m: r[:, k] for m, r in replicates.items()})
         fitted[name] = values
-        for metric, (point, reason, replicates) in values.items():
-            low, high = interval(metric, point, replicates, y, s_all[member])
+        for metric, (point, reason, reps) in values.items():
+            low, high = interval(metric, point, reps, y, s)
             rows.append(_row(config, axis, metric, tag, point, low, high, len(y), int(y.sum()), reason, detail))
     rows += gap_rows(config, axis, attribute, fitted, signed, groups.notna().sum(), frame)
     return rows
@@ -245,11 +265,14 @@ def _shifted(point, replicates: np.ndarray):
 
 
 def _percentiles(replicates: np.ndarray, alpha: float = 0.05):
+    from focus_dagster.evaluation.intervals import linear_quantiles
+
     finite = np.asarray(replicates, dtype=float)
-    finite = finite[np.isfinite(finite)]
+    finite = np.sort(finite[np.isfinite(finite)])
     if finite.size == 0:
         return None, None
-    return float(np.quantile(finite, alpha / 2)), float(np.quantile(finite, 1 - alpha / 2))
+    low, high = linear_quantiles(finite, [alpha / 2, 1 - alpha / 2])  # np.quantile's arithmetic, one sort
+    return float(low), float(high)
 
 
 # ------------------------------------------------------------------------------------------------- attributes
@@ -300,7 +323,25 @@ def metric_rows(predictions: pd.DataFrame, metadata: pd.DataFrame, coverage: dic
                 reasons: dict[str, str] | None = None) -> pd.DataFrame:
     """The metric rows of the predictions' test split on the chosen axes (metadata: image_id + age, sex,
     quality, camera; coverage: column -> whether the axes group by it; reasons: column -> why not)."""
-    from focus_dagster.evaluation.bootstrap import resample_indices, resample_weights
+    with _single_threaded_blas():
+        return _metric_rows(predictions, metadata, coverage, settings, axes, reasons)
+
+
+def _single_threaded_blas():
+    """The products here are small ([R, n] x [n, tens]): BLAS threads cost more than they save, and on a loaded
+    machine far more (a context that limits them to one thread, or does nothing without threadpoolctl)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover
+        from contextlib import nullcontext
+
+        return nullcontext()
+    return threadpool_limits(1, user_api="blas")
+
+
+def _metric_rows(predictions, metadata, coverage, settings, axes, reasons) -> pd.DataFrame:
+    from focus_dagster.evaluation.bootstrap import GroupResamples, resample_indices, resample_weights
+    from focus_dagster.evaluation.metrics import as_labels
 
     test = predictions[predictions["split"] == "test"].merge(metadata, on="image_id", how="left")
     rows = []
@@ -315,7 +356,8 @@ def metric_rows(predictions: pd.DataFrame, metadata: pd.DataFrame, coverage: dic
         if "performance" in axes:
             found += configuration_rows(config, y, s, None if pd.isna(threshold) else float(threshold), idx)
         if _in_domain(config) and {"fairness", "quality"} & set(axes):
-            found += _group_axes(config, frame, y, coverage, resample_weights(idx, len(y)), axes, reasons or {})
+            resamples = GroupResamples(as_labels(y), s, resample_weights(idx, len(y)))
+            found += _group_axes(config, frame, y, coverage, resamples, axes, reasons or {})
         rows += _flag_degenerate(found, y)
     return typed(pd.DataFrame(rows, columns=METRIC_COLUMNS))
 

@@ -21,10 +21,8 @@ from dagster._core.definitions.asset_checks.asset_check_evaluation import (
 Verdicts = Callable[[str], Iterable[tuple[str, bool, dg.AssetCheckResult]]]
 
 
-def partitions_to_check(context: dg.AssetCheckExecutionContext, asset: dg.AssetKey) -> list[str]:
-    """The run's partition, or, in a run without one, every partition of `asset` that has been materialised."""
-    if context.has_partition_key:
-        return [context.partition_key]
+def _materialised_partitions(context: dg.AssetCheckExecutionContext, asset: dg.AssetKey) -> list[str]:
+    """Every partition of `asset` that has been materialised (for a run without a partition), logged."""
     materialised = sorted(context.instance.get_materialized_partitions(asset))
     context.log.info(
         f"No partition chosen: evaluating on every materialised partition of {asset.to_user_string()}: "
@@ -41,7 +39,7 @@ def evaluate_partitions(context: dg.AssetCheckExecutionContext, asset: dg.AssetK
             yield result
         return
     errors = []
-    for partition in partitions_to_check(context, asset):
+    for partition in _materialised_partitions(context, asset):
         target = _latest_materialisation(context.instance, asset, partition)
         try:
             for name, blocking, result in verdicts(partition):

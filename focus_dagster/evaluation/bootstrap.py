@@ -128,14 +128,11 @@ class _Sample:
 
     def calibration_gap(self, name: str) -> np.ndarray:
         """``confidence - outcome`` per image for the calibration form ``name``."""
-        if name not in self._gaps:
-            _, confidence, outcome, _ = self._calibration[name]
-            self._gaps[name] = confidence - outcome
-        return self._gaps[name]
+        return self._calibration_gaps[name]
 
     @cached_property
-    def _gaps(self) -> dict:
-        return {}
+    def _calibration_gaps(self) -> dict:
+        return {name: confidence - outcome for name, (_, confidence, outcome, _) in self._calibration.items()}
 
     @cached_property
     def _calibration(self) -> dict:
@@ -328,49 +325,11 @@ def group_replicates(y_true, y_score, weights: np.ndarray, member, *, threshold:
     ``member`` is True, on each resample given by ``weights`` [R, n] (``resample_weights``): [R] floats each,
     NaN where undefined in that resample (no image of the group drawn; TPR without positives; AUROC with
     fewer than ``min_positives`` drawn positives or negatives, counted with multiplicity as the unweighted
-    kernels count them)."""
-    y, s = as_probabilities(y_true, y_score)
-    member = np.asarray(member, dtype=bool)
-    w = weights[:, member]
-    y, s = y[member], s[member]
-    predicted = s >= threshold
-    size, positives = w.sum(axis=1), w @ y.astype(np.float64)
-    negatives = size - positives
-    true_pos = w @ (predicted & y).astype(np.float64)
-    false_pos = w @ (predicted & ~y).astype(np.float64)
-    out = {
-        "positive_rate": _ratio(w @ predicted.astype(np.float64), size),
-        "accuracy": _ratio(true_pos + (negatives - false_pos), size),
-        "tpr": _ratio(true_pos, positives),
-        "fpr": _ratio(false_pos, negatives),
-        "auroc": _weighted_auroc(w, y, s, positives, negatives, min_positives),
-        "ece": _weighted_ece(w, y, s, size, n_bins),
-    }
-    return out
-
-
-def _weighted_auroc(w, y, s, positives, negatives, min_positives) -> np.ndarray:
-    """Mann-Whitney AUROC with multiplicities: each drawn positive counts the drawn negatives below its score
-    and half of those at its score (midranks), from one sort of the group."""
-    order = np.argsort(s, kind="stable")
-    s, y, w = s[order], y[order], w[:, order]
-    negative_cum = np.cumsum(w * ~y, axis=1)
-    starts = np.searchsorted(s, s, side="left")  # first position of each image's tie block
-    ends = np.searchsorted(s, s, side="right") - 1  # last position
-    below = np.where(starts > 0, negative_cum[:, np.maximum(starts - 1, 0)], 0.0)
-    through = negative_cum[:, ends]
-    u = np.sum(w[:, y] * (below[:, y] + through[:, y]) / 2, axis=1)  # below + half of the tied negatives
-    defined = np.minimum(positives, negatives) >= max(min_positives, 1)
-    return np.where(defined, _ratio(u, positives * negatives), np.nan)
-
-
-def _weighted_ece(w, y, s, size, n_bins) -> np.ndarray:
-    """ECE (reliability form, ``metrics.ece``'s bins) with multiplicities: sum_b |S_b - Y_b| / N."""
-    bins = bin_index(s, n_bins)
-    onehot = np.zeros((len(s), n_bins + 1))
-    onehot[np.arange(len(s)), bins] = 1.0
-    gap = np.abs(w @ (onehot * s[:, None]) - w @ (onehot * y[:, None]))
-    return _ratio(gap.sum(axis=1), size)
+    kernels count them). One group of ``GroupResamples``."""
+    resamples = GroupResamples(y_true, y_score, weights, threshold=threshold, n_bins=n_bins,
+                               min_positives=min_positives)
+    codes = np.where(np.asarray(member, dtype=bool), 0, -1)
+    return {name: values[:, 0] for name, values in resamples.replicates(codes, 1).items()}
 
 
 class GroupResamples:
@@ -379,10 +338,10 @@ class GroupResamples:
     of an attribute at once, as [R, n_groups] arrays (column k = the images whose code is k; code -1 = in no
     group).
 
-    Same numbers as ``group_replicates`` group by group: the counts (size, positives, predictions, the
-    confusion cells) and the AUROC's Mann-Whitney U are integer (U: half-integer) sums, computed exactly (in
-    float32 where every partial sum stays below 2**24, float64 otherwise), so the rates and AUROC are the same
-    floats; the ECE is a float64 weighted sum, equal to float rounding. How: one matrix product of the weights
+    The counts (size, positives, predictions, the confusion cells) and the AUROC's Mann-Whitney U are integer
+    (U: half-integer) sums, computed exactly (in float32 where every partial sum stays below 2**24, float64
+    otherwise), so the rates and AUROC are the floats a group-by-group computation gives; the ECE is a
+    float64 weighted sum. How: one matrix product of the weights
     against the groups' indicator columns for all counts, one against the (group, bin) columns of ``s - y`` for
     the ECE, and for the AUROC one cumulative sum of the drawn negatives in (group, score) order, read at each
     positive's tie block (negatives of its group below its score, and through its score), weighted by the

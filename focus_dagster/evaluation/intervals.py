@@ -120,15 +120,16 @@ def point_value(point) -> float | None:
     return point if math.isfinite(point) else None
 
 
-def finite_replicates(replicates) -> np.ndarray:
-    """The finite replicates as a 1-D float array (NaN = undefined in that resample: left out)."""
+def sorted_finite(replicates) -> np.ndarray:
+    """The finite replicates, ascending, as a 1-D float array (NaN = undefined in that resample: left out)."""
     values = np.asarray(replicates, dtype=np.float64).ravel()
-    return values[np.isfinite(values)]
+    return np.sort(values[np.isfinite(values)])
 
 
 def _prepare(point, replicates) -> tuple[float | None, np.ndarray]:
+    """``(point as a float, sorted finite replicates)``; the point is None when undefined or nothing is finite."""
     theta = point_value(point)
-    finite = finite_replicates(replicates)
+    finite = sorted_finite(replicates)
     return (theta, finite) if theta is not None and finite.size else (None, finite)
 
 
@@ -149,14 +150,9 @@ def _constant(theta: float, finite: np.ndarray) -> Pair | None:
 # ---------------------------------------------------------------------------------------------- methods
 
 
-def linear_percentiles(ordered: np.ndarray, percents) -> np.ndarray:
-    """``np.percentile(values, percents)`` (linear interpolation) of the values sorted ascending in ``ordered``,
-    the same arithmetic as numpy's, without its per-call overhead (``ordered`` finite and not empty)."""
-    return linear_quantiles(ordered, np.asarray(percents, dtype=np.float64) / 100)
-
-
 def linear_quantiles(ordered: np.ndarray, q) -> np.ndarray:
-    """``np.quantile(values, q)`` (linear interpolation) of the values sorted ascending in ``ordered``."""
+    """``np.quantile(values, q)`` (linear interpolation) of the values sorted ascending in ``ordered``: the same
+    arithmetic as numpy's, without its per-call sort and overhead (``ordered`` finite and not empty)."""
     q = np.asarray(q, dtype=np.float64)
     n = ordered.size
     virtual = (n - 1) * q
@@ -174,21 +170,15 @@ def linear_quantiles(ordered: np.ndarray, q) -> np.ndarray:
     return np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
 
 
-def _sorted_finite(replicates) -> np.ndarray:
-    values = np.asarray(replicates, dtype=np.float64).ravel()
-    return np.sort(values[np.isfinite(values)])
-
-
 def _quantiles(point, replicates, alpha: float):
     """``(settled, (theta, finite, q(alpha/2), q(1 - alpha/2)))``: ``settled`` is the final interval when the
     point is undefined or the replicates are constant (then the second item is None)."""
-    theta = point_value(point)
-    finite = _sorted_finite(replicates)
-    if theta is None or not finite.size:
+    theta, finite = _prepare(point, replicates)
+    if theta is None:
         return NULL, None
     if (constant := _constant(theta, finite)) is not None:
         return constant, None
-    low, high = linear_percentiles(finite, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+    low, high = linear_quantiles(finite, [alpha / 2, 1 - alpha / 2])
     return None, (theta, finite, float(low), float(high))
 
 
@@ -227,8 +217,10 @@ def bias_z0(point, replicates) -> float | None:
     """``Phi^-1(share of finite replicates below the point, ties counting one half)``; +-inf when every
     replicate lies strictly on one side; None for an undefined point."""
     theta, finite = _prepare(point, replicates)
-    if theta is None:
-        return None
+    return None if theta is None else _z0(theta, finite)
+
+
+def _z0(theta: float, finite: np.ndarray) -> float:
     share = (np.sum(finite < theta) + 0.5 * np.sum(finite == theta)) / finite.size
     return float(ndtri(share))
 
@@ -270,7 +262,7 @@ def _adjusted_quantiles(finite: np.ndarray, z0: float, a: float, alpha: float) -
             levels.append(1.0 if z > 0 else 0.0)
         else:
             levels.append(float(ndtr(z0 + z / denominator)))
-    low, high = linear_percentiles(finite, [100 * levels[0], 100 * levels[1]])  # finite: sorted (``bca``)
+    low, high = linear_quantiles(finite, levels)  # finite: sorted (``_prepare``)
     return float(low), float(high)
 
 
@@ -284,13 +276,12 @@ def bca(point, replicates, jackknife, alpha: float = 0.05, *, strata=None,
     """Bias-corrected and accelerated interval; ``jackknife`` = leave-one-out values of the statistic
     (None: a = 0, i.e. ``bc``), ``strata`` = their strata for the acceleration. Falls back to ``basic``
     (clipped into ``bounds``) when every replicate lies strictly on one side of the point."""
-    theta = point_value(point)
-    finite = _sorted_finite(replicates)
-    if theta is None or not finite.size:
+    theta, finite = _prepare(point, replicates)
+    if theta is None:
         return NULL
     if (constant := _constant(theta, finite)) is not None:
         return constant
-    z0 = float(ndtri((np.sum(finite < theta) + 0.5 * np.sum(finite == theta)) / finite.size))  # ``bias_z0``
+    z0 = _z0(theta, finite)
     if not math.isfinite(z0):
         return basic(theta, finite, alpha, bounds)
     a = 0.0 if jackknife is None else acceleration(jackknife, strata)

@@ -35,8 +35,9 @@ Groups and ids: `group` names what is measured, never a value of the data: the a
 `age_median=below` / `age_median=above`, and the median itself is in `group_detail` (`age < 57`), so the id
 stays when the test set's median moves. A configuration whose test split has fewer than MIN_POSITIVES
 positives or negatives is flagged on every one of its rows (`degenerate`, `degenerate_reason`): its numbers
-exist but rest on a handful of images (RFMiD's CME, RFMiD 2.0's ME). `metric_id` is a hash of what the number measures (not of its value or versions), so the same
-measurement keeps its id across refreshes and a report can cite it. A configuration without predictions (a
+exist but rest on a handful of images (RFMiD's CME, RFMiD 2.0's ME). `metric_id` is a hash of what the
+number measures (not of its value or versions), so the same measurement keeps its id across refreshes and a
+report can cite it. A configuration without predictions (a
 row of the predictions' unavailable table) is one row too: its AUROC, null, with the reason.
 """
 
@@ -71,16 +72,20 @@ class Settings:
     seed: int = 0
 
 
+def _identity(config: dict, **what) -> str:
+    """16 hex digits naming a configuration (its CONFIG_COLUMNS) and `what` of it, whatever its values."""
+    key = {**{c: config.get(c) or "" for c in CONFIG_COLUMNS}, **what}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def configuration_seed(config: dict, seed: int) -> int:
     """The resampling seed of one configuration: from what it is (and `seed`), not from when it is computed."""
-    key = {**{c: config.get(c) or "" for c in CONFIG_COLUMNS}, "seed": int(seed)}
-    return int(hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16], 16)
+    return int(_identity(config, seed=int(seed)), 16)
 
 
 def metric_id(config: dict, axis: str, metric: str, group: str = "") -> str:
     """A stable id of what a number measures: configuration, axis, metric and group."""
-    key = {**{c: config.get(c) or "" for c in CONFIG_COLUMNS}, "axis": axis, "metric": metric, "group": group}
-    return "m-" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return "m-" + _identity(config, axis=axis, metric=metric, group=group)
 
 
 def _row(config: dict, axis: str, metric: str, group: str, value, low, high, n: int, n_pos: int, reason,
@@ -167,18 +172,16 @@ def _group_points(ym: np.ndarray, sm: np.ndarray, replicates: dict, threshold: f
     return {metric: out[metric] for metric in GROUP_METRICS}
 
 
-def group_rows(config: dict, axis: str, attribute: str, frame: pd.DataFrame, groups: pd.Series, weights,
+def group_rows(config: dict, axis: str, attribute: str, frame: pd.DataFrame, groups: pd.Series, resamples,
                min_group: int, signed: tuple[str, str] | None = None, details: dict | None = None) -> list:
-    """Per-group rows and gap rows for one attribute, on the configuration's resamples (`weights`: the
-    [R, n] resample weights, or a `bootstrap.GroupResamples` of them shared by the configuration's attributes).
-    `signed=(a, b)` reports a - b instead of max - min; `details`: group -> what it is (`group_detail`)."""
-    from focus_dagster.evaluation.bootstrap import GroupResamples
+    """Per-group rows and gap rows for one attribute, on the configuration's resamples (`resamples`: the
+    `bootstrap.GroupResamples` the configuration's attributes share). `signed=(a, b)` reports a - b instead
+    of max - min; `details`: group -> what it is (`group_detail`)."""
     from focus_dagster.evaluation.intervals import interval
     from focus_dagster.evaluation.metrics import as_labels
 
     rows, fitted = [], {}
     y_all, s_all = as_labels(frame["label"].to_numpy().astype(int)), frame["score"].to_numpy().astype(float)
-    resamples = weights if isinstance(weights, GroupResamples) else GroupResamples(y_all, s_all, weights)
     names = sorted(groups.dropna().unique(), key=str)
     labels = groups.to_numpy()
     members = {name: labels == name for name in names}
@@ -265,10 +268,9 @@ def _shifted(point, replicates: np.ndarray):
 
 
 def _percentiles(replicates: np.ndarray, alpha: float = 0.05):
-    from focus_dagster.evaluation.intervals import linear_quantiles
+    from focus_dagster.evaluation.intervals import linear_quantiles, sorted_finite
 
-    finite = np.asarray(replicates, dtype=float)
-    finite = np.sort(finite[np.isfinite(finite)])
+    finite = sorted_finite(replicates)
     if finite.size == 0:
         return None, None
     low, high = linear_quantiles(finite, [alpha / 2, 1 - alpha / 2])  # np.quantile's arithmetic, one sort
@@ -329,13 +331,9 @@ def metric_rows(predictions: pd.DataFrame, metadata: pd.DataFrame, coverage: dic
 
 def _single_threaded_blas():
     """The products here are small ([R, n] x [n, tens]): BLAS threads cost more than they save, and on a loaded
-    machine far more (a context that limits them to one thread, or does nothing without threadpoolctl)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover
-        from contextlib import nullcontext
+    machine far more (a context that limits them to one thread)."""
+    from threadpoolctl import threadpool_limits
 
-        return nullcontext()
     return threadpool_limits(1, user_api="blas")
 
 
@@ -374,7 +372,7 @@ def _flag_degenerate(rows: list, y: np.ndarray) -> list:
     return [{**row, "degenerate": degenerate, "degenerate_reason": reason} for row in rows]
 
 
-def _group_axes(config, frame, y, coverage, weights, axes, reasons) -> list:
+def _group_axes(config, frame, y, coverage, resamples, axes, reasons) -> list:
     """The fairness and quality rows of one in-domain configuration (those of the chosen axes)."""
     rows = []
     if "fairness" in axes:
@@ -385,12 +383,12 @@ def _group_axes(config, frame, y, coverage, weights, axes, reasons) -> list:
             else:
                 details = age_median_details(frame) if attribute == "age_median" else None
                 rows += group_rows(config, "fairness", attribute, frame, groups.reset_index(drop=True),
-                                   weights, FAIRNESS_MIN_GROUP, details=details)
+                                   resamples, FAIRNESS_MIN_GROUP, details=details)
     if "quality" not in axes:
         return rows
     if coverage.get("quality"):
         rows += group_rows(config, "quality", "quality", frame, frame["quality"].reset_index(drop=True),
-                           weights, QUALITY_MIN_GROUP, signed=("adequate", "inadequate"))
+                           resamples, QUALITY_MIN_GROUP, signed=("adequate", "inadequate"))
     else:
         rows.append(_row(config, "quality", "attribute", "quality", None, None, None, len(y), int(y.sum()),
                          reasons.get("quality", _no_metadata("quality"))))

@@ -28,6 +28,10 @@ LABELS_FILE = Path("B. Disease Grading") / "2. Groundtruths" / "a. IDRiD_Disease
 REFRESHED = {"dataset_records", "harmonised_labels", "label_rejects", "image_embeddings", "probe_predictions",
              "predictions", "metrics", "group_attributes", "fairness_metrics", "quality_metrics",
              "cross_dataset_metrics", "leaderboard"}
+# (downstream, upstream): what the refresh leaves of the first was computed after the last run of the second
+# had ended (the first's last run started after the second's last run ended).
+ORDER = [("leaderboard", "metrics"), ("leaderboard", "cross_dataset_metrics"), ("predictions", "probe_predictions"),
+         ("probe_predictions", "image_embeddings")]
 LABEL_CHECKS = {"quarantine_rate", "label_values", "rule_consistency", "split_leakage", "row_accounting",
                 "referable_implies_any_dr", "metadata_coverage", "patient_ids", "degenerate_tasks", "split_has_test"}
 
@@ -128,14 +132,30 @@ def test_the_running_sensor_refreshes_a_changed_dataset_completely(home, daemon)
         assert LABEL_CHECKS <= {k.name for r in data_layer for k in r.asset_check_selection or []}
         evaluated = {e.event_specific_data.check_name for e in _check_events(instance, data_layer)}
         assert LABEL_CHECKS <= evaluated
-        ends = {k.to_user_string(): instance.get_run_stats(r.run_id).end_time for r in runs
-                for k in r.asset_selection or []}
-        starts = {k.to_user_string(): instance.get_run_stats(r.run_id).start_time for r in runs
-                  for k in r.asset_selection or []}
-        assert starts["leaderboard"] >= max(ends["metrics"], ends["cross_dataset_metrics"])
-        assert starts["predictions"] >= ends["probe_predictions"] >= ends["image_embeddings"]
+        timeline = _timeline(instance, runs)
+        for downstream, upstream in ORDER:
+            last_start = max(start for start, _, assets, _ in timeline if downstream in assets)
+            last_end = max(end for _, end, assets, _ in timeline if upstream in assets)
+            assert last_start >= last_end, (f"{downstream}'s last run started before {upstream}'s ended",
+                                            _show(timeline))
         assert unsynced(defs, instance) == set()
-        print(f"refresh by the running sensor: {len(runs)} runs, {time.time() - started:.0f}s")
+        print(f"refresh by the running sensor: {len(runs)} runs, {time.time() - started:.0f}s\n{_show(timeline)}")
+
+
+def _timeline(instance, runs) -> list[tuple[float, float, set[str], str]]:
+    """(start, end, assets, partition) of each run, oldest first."""
+    rows = []
+    for run in runs:
+        stats = instance.get_run_stats(run.run_id)
+        assets = {k.to_user_string() for k in run.asset_selection or []}
+        rows.append((stats.start_time, stats.end_time, assets, run.tags.get("dagster/partition", "")))
+    return sorted(rows, key=lambda row: row[0])
+
+
+def _show(timeline) -> str:
+    t0 = timeline[0][0]
+    return "\n".join(f"{start - t0:7.1f} {end - t0:7.1f} {partition:24} {sorted(assets)}"
+                     for start, end, assets, partition in timeline)
 
 
 def _check_events(instance, runs):

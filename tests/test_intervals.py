@@ -139,6 +139,70 @@ def test_group_jackknife_changes_one_group_at_a_time():
     assert list(iv.label_strata([1, 0], [1])) == [1, 0, 3]
 
 
+def _group_metric(metric, y, s):
+    """A group metric by its point definition (AUROC without the minimum of positives), None if undefined."""
+    if metric == "positive_rate":
+        return float(np.mean(s >= 0.5)) if len(y) else None
+    if metric == "fpr":
+        specificity = call_metric("specificity", y, s).value
+        return None if specificity is None else 1 - specificity
+    name = {"tpr": "sensitivity"}.get(metric, metric)
+    return call_metric(name, y, s, min_positives=1).value
+
+
+def _leave_one_out(metric, y, s):
+    """The group metric on the group without image i, for every i: a loop, no closed form."""
+    keep = np.ones(len(y), dtype=bool)
+    out = []
+    for i in range(len(y)):
+        keep[i] = False
+        value = _group_metric(metric, y[keep], s[keep])
+        out.append(np.nan if value is None else value)
+        keep[i] = True
+    return np.array(out, dtype=float)
+
+
+def _bca_by_the_formula(point, replicates, jackknife, strata, alpha=0.05):
+    """Efron's BCa written out: z0 from the share below the point (ties one half), the acceleration from the
+    influences u = (n_k - 1) (mean_k - jack) / n_k^2 within each stratum k, numpy's quantiles."""
+    from scipy.special import ndtr, ndtri
+
+    finite = replicates[np.isfinite(replicates)]
+    z0 = ndtri((np.sum(finite < point) + 0.5 * np.sum(finite == point)) / finite.size)
+    defined = np.isfinite(jackknife)
+    jack, strata = jackknife[defined], strata[defined]
+    u = np.empty(len(jack))
+    for k in np.unique(strata):
+        in_k = strata == k
+        u[in_k] = (in_k.sum() - 1) * (jack[in_k].mean() - jack[in_k]) / in_k.sum() ** 2
+    a = np.sum(u**3) / (6 * np.sum(u**2) ** 1.5)
+    levels = [ndtr(z0 + (z0 + z) / (1 - a * (z0 + z))) for z in ndtri([alpha / 2, 1 - alpha / 2])]
+    return z0, np.quantile(finite, levels)
+
+
+@pytest.mark.parametrize("metric", ["positive_rate", "accuracy", "tpr", "fpr", "auroc", "ece"])
+def test_signed_difference_is_bca_from_each_groups_leave_one_out(metric):
+    """The signed two-group difference's interval: BCa on the shared resamples, the jackknife leaving out one
+    image of one group at a time (only that group's metric moves), the label strata of the two groups' images."""
+    from focus_dagster.evaluation.bootstrap import group_replicates, resample_weights
+
+    rng = np.random.default_rng(31)
+    y = (rng.random(270) < 0.35).astype(int)
+    s = np.clip(rng.normal(0.35 + 0.3 * y, 0.2), 0, 1)
+    member_a = np.arange(270) < 150
+    s[member_a] = np.clip(s[member_a] + 0.06, 0, 1)  # group A scored higher
+    weights = resample_weights(resample_indices(y, 400, seed=3), len(y))
+    reps_a, reps_b = (group_replicates(y, s, weights, m)[metric] for m in (member_a, ~member_a))
+    (ya, sa), (yb, sb) = (y[member_a], s[member_a]), (y[~member_a], s[~member_a])
+    points = [_group_metric(metric, ya, sa), _group_metric(metric, yb, sb)]
+    jackknife = np.r_[_leave_one_out(metric, ya, sa) - points[1], points[0] - _leave_one_out(metric, yb, sb)]
+    z0, expected = _bca_by_the_formula(points[0] - points[1], reps_a - reps_b, jackknife, np.r_[ya, yb])
+    assert np.isfinite(z0)  # the BCa branch, not a fall-back
+    got = iv.signed_difference(metric, points, reps_a - reps_b, [(ya, sa), (yb, sb)])
+    assert got == pytest.approx(tuple(expected), abs=1e-12)
+    assert got != pytest.approx(iv.percentile(points[0] - points[1], reps_a - reps_b), abs=1e-6)
+
+
 # ------------------------------------------------------------------------------------------------- coverage
 
 

@@ -191,7 +191,7 @@ def test_vectorised_replicates_equal_point_functions(ties):
     y, s = sample(7, n=250, ties=ties)
     for stratified in (True, False):
         idx = B.resample_indices(y, n_resamples=12, seed=1, stratified=stratified)
-        replicates = B.replicates_many(tuple(M.METRICS), y, s, idx, threshold=0.45, n_bins=10, chunk=5)
+        replicates = B.replicates_many(tuple(M.METRICS), y, s, idx, threshold=0.45, n_bins=10)
         for name in M.METRICS:
             loop = [M.call_metric(name, y[row], s[row], threshold=0.45, n_bins=10).value for row in idx]
             assert np.allclose(replicates[name], np.array(loop, dtype=float), rtol=0, atol=1e-9), name
@@ -236,3 +236,72 @@ def test_bootstrap_group_gap_by_differencing():
     gap = (B.bootstrap_replicates("auroc", a_y, a_s, B.resample_indices(a_y, 100, seed=1))
            - B.bootstrap_replicates("auroc", b_y, b_s, B.resample_indices(b_y, 100, seed=2)))
     assert gap.shape == (100,) and np.isfinite(gap).all()
+
+
+@pytest.mark.parametrize("stratified", (True, False))
+def test_resample_counts_count_the_documented_draws(stratified):
+    """The draws are one ``integers`` call per class (positives first) on ``Generator(PCG64(seed))``, whatever
+    blocks they are drawn in; the counts are the index matrix's per-row bincount."""
+    y, _ = sample(5, n=230)
+    n_resamples = 2 * B.BLOCK + 37  # blocks of BLOCK, BLOCK and a remainder
+    rng = np.random.Generator(np.random.PCG64(8))
+    expected = np.empty((n_resamples, len(y)), dtype=int)
+    classes = (np.flatnonzero(y == 1), np.flatnonzero(y == 0)) if stratified else (np.arange(len(y)),)
+    for members in classes:
+        expected[:, members] = members[rng.integers(0, len(members), size=(n_resamples, len(members)))]
+    idx = B.resample_indices(y, n_resamples, seed=8, stratified=stratified)
+    assert np.array_equal(idx, expected)
+    counts = np.array([np.bincount(row, minlength=len(y)) for row in expected])
+    assert np.array_equal(B.resample_counts(y, n_resamples, seed=8, stratified=stratified), counts)
+    assert np.array_equal(B.resample_weights(idx, len(y)), counts)
+
+
+def test_group_replicates_equal_point_functions_on_each_resample():
+    """Every group of two attributes, computed together, against a loop: the point metric of the group's drawn
+    images (with multiplicity) on each resample; and the same numbers when each attribute is computed alone."""
+    y, s = sample(9, n=260, ties=True)
+    rng = np.random.default_rng(4)
+    sex, band = rng.integers(-1, 2, len(y)), rng.integers(-1, 3, len(y))  # -1: in no group
+    idx = B.resample_indices(y, n_resamples=B.BLOCK + 15, seed=2)
+    resamples = B.Resamples(y, s, B.resample_weights(idx, len(y)))
+    together = resamples.attributes([(sex, 2), (band, 3)], threshold=0.45)
+    for codes, n_groups, replicates in ((sex, 2, together[0]), (band, 3, together[1])):
+        alone = resamples.groups(codes, n_groups, threshold=0.45)
+        for k in range(n_groups):
+            loop = {name: [] for name in B.GROUP_METRICS}
+            for row in idx[::13]:
+                drawn = row[codes[row] == k]
+                ym, sm = y[drawn], s[drawn]
+                specificity = M.specificity(ym, sm, 0.45).value
+                loop["positive_rate"].append(np.mean(sm >= 0.45) if len(ym) else None)
+                loop["accuracy"].append(M.accuracy(ym, sm, 0.45).value)
+                loop["tpr"].append(M.sensitivity(ym, sm, 0.45).value)
+                loop["fpr"].append(None if specificity is None else 1 - specificity)
+                loop["auroc"].append(M.auroc(ym, sm).value)
+                loop["ece"].append(M.ece(ym, sm).value)
+            for name in B.GROUP_METRICS:
+                assert np.array_equal(replicates[name][:, k], alone[name][:, k], equal_nan=True), name
+                assert np.allclose(replicates[name][::13, k], np.array(loop[name], dtype=float), rtol=0, atol=1e-12,
+                                   equal_nan=True), name
+
+
+def test_attributes_without_a_usable_group_give_empty_replicates():
+    y, s = sample(2, n=120)
+    resamples = B.Resamples(y, s, B.resample_counts(y, 30, seed=1))
+    nobody = np.full(len(y), -1)
+    alone, mixed = resamples.attributes([(nobody, 0)]), resamples.attributes([(nobody, 0), (np.zeros(len(y)), 1)])
+    for name in B.GROUP_METRICS:
+        assert alone[0][name].shape == mixed[0][name].shape == (30, 0)
+        assert mixed[1][name].shape == (30, 1)
+
+
+def test_replicates_stay_exact_when_the_sums_outgrow_int32():
+    """2 (drawn)**2 above 2**31: the AUROC's integer sums move to int64 and stay exact."""
+    rng = np.random.default_rng(12)
+    y = (rng.random(33_000) < 0.4).astype(int)
+    s = np.round(rng.random(33_000) * 0.6 + 0.3 * y, 3)
+    idx = B.resample_indices(y, n_resamples=2, seed=4)
+    replicates = B.replicates_many(("auroc", "auprc"), y, s, idx)
+    for name in ("auroc", "auprc"):
+        loop = [M.call_metric(name, y[row], s[row]).value for row in idx]
+        assert np.allclose(replicates[name], loop, rtol=0, atol=1e-12), name

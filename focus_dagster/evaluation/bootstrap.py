@@ -1,33 +1,51 @@
-"""Seeded, stratified, vectorised bootstrap: 95% percentile intervals for the metrics in ``metrics``.
+"""Seeded, stratified, vectorised bootstrap: the replicates of the metrics in ``metrics`` on R resamples at once.
 
-A resample draws, with replacement, as many images as the sample has; stratified (the default), it draws
-the positives from the positives and the negatives from the negatives, so every resample keeps the
-sample's class counts (and column j of the index matrix keeps image j's label). Indices come from
-``numpy.random.Generator(PCG64(seed))``: the same seed gives the same resamples, hence the same intervals.
+Resamples. A resample draws, with replacement, as many images as the sample has; stratified (the default),
+it draws the positives from the positives and the negatives from the negatives, so every resample keeps the
+sample's class counts. The draws come from ``numpy.random.Generator(PCG64(seed))``, class by class (positives
+first), the R x n_class positions of a class in one stream (drawn in blocks of BLOCK resamples, which gives
+the same numbers as one ``integers`` call): the same seed gives the same resamples, hence the same intervals.
+They are used as an index matrix [R, n] (``resample_indices``: column j keeps image j's label) or, what every
+kernel here works on, as the resamples' weights W [R, n], how often resample r drew image i
+(``resample_weights`` of an index matrix, or ``resample_counts`` straight from the same draws).
 
-The interval is the percentile interval (``alpha / 2`` and ``1 - alpha / 2`` quantiles, numpy's linear
-interpolation) of the replicates where the metric is defined; a replicate where it is undefined (say an
-unstratified resample with one class) is NaN and left out. When the point estimate itself is undefined,
-so is the interval (``low = high = None``; the point's ``reason`` says why).
+Kernels. Every metric of ``metrics`` is a function of sums over the images a resample drew, i.e. of sums over
+all images weighted by W, so all R replicates come from a few array operations, without a loop over
+resamples; and a group's replicates (the images of the group that each resample drew, with their
+multiplicities) are the same sums restricted to the group's images. ``Resamples`` holds one sample's W and
+computes the metrics of the whole sample (``Resamples.metrics``), or the group metrics of every group of one
+attribute (``Resamples.groups``) or of several attributes at once (``Resamples.attributes``: their groups are
+the columns of the same products and cumulative sums):
 
-Vectorised: all R resamples of a metric are computed at once, without a Python loop over resamples. A
-resample is represented by how often it draws each image: per-row ``bincount`` of the indices (each row
-offset by its number so that one ``bincount`` serves the whole [R, n] matrix) of a key precomputed per
-image, then sums. Which key:
+- counts (size, positives, predicted positives, true and false positives): one matrix product of W with the
+  groups' indicator columns, in float32 where every sum stays below 2**24 (exact), float64 otherwise;
+  accuracy, sensitivity (TPR), specificity, FPR, F1 and the positive rate are ratios of these integers;
+- AUROC: the Mann-Whitney U (ties count one half) from one integer cumulative sum of W over the negatives of
+  all groups in (group, score) order, read at each positive's tie block (the negatives of its group below
+  its score, and through it), weighted by the positive's multiplicity and summed per group (``_Ranking``);
+  U / (positives * negatives);
+- AUPRC (whole sample): integer cumulative sums of W over all images and over the positives in ascending
+  score order, read where each distinct score holding positives starts and ends: per step its drawn
+  positives pos_g, the positives TP_g and the images D_g drawn at or above its score, and
+  AP = sum_g pos_g * TP_g / D_g / P (a step per distinct score, as scikit-learn);
+- ECE (each form): one float64 product of W with per-(group, bin) columns of the image's gap (score - label,
+  or top-label confidence - correctness), giving every S_b - Y_b: sum_b |S_b - Y_b| / N;
+- Brier: one float64 product of W with the squared errors, over N.
 
-- AUROC / AUPRC: the image's distinct-score rank (the tie group, from one sort of the sample) and label.
-  Per resample this gives the positives and negatives at each distinct score in ascending order, from
-  which AUROC = sum over groups of pos_g * (neg below g + neg_g / 2) / (P * N) (midranks: a tie counts
-  one half), and AP = sum_g pos_g / P * TP_g / count_g over the groups from the top down (a step per
-  distinct score, as scikit-learn).
-- accuracy, sensitivity, specificity, F1: label and prediction (the confusion matrix per resample).
-- ECE (each form): the bin, with the score (or confidence) and the label (or correctness) as bincount
-  weights: per-bin sums S_b and Y_b give ECE = sum_b |S_b - Y_b| / N.
-- Brier: the mean of the per-image squared error over the drawn indices.
+Integer sums are done in integers (int32 where they fit): exact, and cumulative sums in integers are several
+times faster than in floats. The kernels run on blocks of BLOCK resamples, so that their temporaries are
+[BLOCK, n] arrays, reused by the allocator and held in the caches, where [R, n] ones would be fresh memory
+each time (page faults: about twice the time).
 
-Each replicate equals the point function of ``metrics`` applied to the same resample (to float rounding).
-Resamples are processed in chunks of ``CHUNK`` rows so that memory stays small (1000 x 5000 images: tens
-of MB).
+Each replicate equals the point function of ``metrics`` applied to the same resample: the count-based metrics
+and AUROC exactly (integer sums), the others to float rounding. Undefined replicates are NaN (no image of a
+group drawn, TPR without positives, AUROC / AUPRC with fewer than ``min_positives`` drawn positives or
+negatives, counted with multiplicity).
+
+``bootstrap`` adds the point and the 95% percentile interval (``alpha / 2`` and ``1 - alpha / 2`` quantiles,
+numpy's linear interpolation) of the defined replicates; an undefined point has no interval
+(``low = high = None``; the point's ``reason`` says why). The tables choose the interval method per metric
+(``intervals``).
 """
 
 from __future__ import annotations
@@ -50,14 +68,13 @@ from focus_dagster.evaluation.metrics import (
     top_label,
 )
 
-CHUNK = 200  # resamples per vectorised block: bounds the temporary [CHUNK, n] arrays
 DEFAULT_METRICS = tuple(METRICS)
-CALIBRATION_METRICS = ("ece", "ece_15", "ece_top_label", "brier")
+GROUP_METRICS = ("positive_rate", "accuracy", "tpr", "fpr", "auroc", "ece")  # what ``Resamples.groups`` gives
 
 
 @dataclass(frozen=True, eq=False)
 class Interval:
-    """A point estimate with its bootstrap percentile interval and the replicates behind it.
+    """A point estimate with its bootstrap interval and the replicates behind it.
 
     ``low``/``high`` are None when the point is undefined (see ``point.reason``) or no replicate is defined;
     ``replicates`` holds the R resampled values, NaN where the metric is undefined in a resample.
@@ -69,6 +86,31 @@ class Interval:
     replicates: np.ndarray = field(repr=False)
 
 
+# --------------------------------------------------------------------------------------------- resamples
+
+
+BLOCK = 250  # resamples per block: the draws and the kernels' temporaries are [BLOCK, n] arrays
+
+
+def _class_draws(y: np.ndarray, n_resamples: int, seed: int, stratified: bool):
+    """``(members, rows, draws)`` in the generator's order: ``draws`` [len(rows), len(members)] are positions in
+    ``members`` (the images of one class, or all images when not stratified) for the resamples ``rows``.
+
+    One class after the other, in blocks of BLOCK resamples: the blocks of one class consume the generator's
+    stream exactly as one ``integers`` call for all R would (the same numbers), in a [BLOCK, n] buffer rather
+    than fresh [R, n] memory.
+    """
+    rng = np.random.Generator(np.random.PCG64(seed))
+    if stratified:
+        classes = [members for members in (np.flatnonzero(y), np.flatnonzero(~y)) if len(members)]
+    else:
+        classes = [np.arange(len(y))] if len(y) else []
+    for members in classes:
+        for start in range(0, n_resamples, BLOCK):
+            rows = slice(start, min(start + BLOCK, n_resamples))
+            yield members, rows, rng.integers(0, len(members), size=(rows.stop - rows.start, len(members)))
+
+
 def resample_indices(y_true, n_resamples: int = 1000, seed: int = 0, stratified: bool = True) -> np.ndarray:
     """Bootstrap indices ``[n_resamples, n]`` into the sample, drawn with ``Generator(PCG64(seed))``.
 
@@ -76,173 +118,33 @@ def resample_indices(y_true, n_resamples: int = 1000, seed: int = 0, stratified:
     positives and negatives counts. Unstratified: every column draws among all n images.
     """
     y = as_labels(y_true)
-    rng = np.random.Generator(np.random.PCG64(seed))
-    n = len(y)
-    if n == 0:
-        return np.empty((n_resamples, 0), dtype=np.intp)
-    if not stratified:
-        return rng.integers(0, n, size=(n_resamples, n))
-    idx = np.empty((n_resamples, n), dtype=np.intp)
-    for members in (np.flatnonzero(y), np.flatnonzero(~y)):  # the two classes, each drawn at once
-        if len(members):
-            idx[:, members] = members[rng.integers(0, len(members), size=(n_resamples, len(members)))]
+    idx = np.empty((n_resamples, len(y)), dtype=np.intp)
+    for members, rows, draws in _class_draws(y, n_resamples, seed, stratified):
+        idx[rows, members] = members[draws]
     return idx
 
 
-def row_bincount(keys: np.ndarray, n_keys: int, weights: np.ndarray | None = None) -> np.ndarray:
-    """``bincount`` of each row of ``keys`` [r, m] (values < n_keys) at once: [r, n_keys], float64.
+def resample_counts(y_true, n_resamples: int = 1000, seed: int = 0, stratified: bool = True) -> np.ndarray:
+    """``resample_weights(resample_indices(...))`` from the same draws, without the index matrix: [R, n]
+    integers (int32)."""
+    y = as_labels(y_true)
+    counts = np.zeros((n_resamples, len(y)), dtype=np.int32)
+    for members, rows, draws in _class_draws(y, n_resamples, seed, stratified):
+        counts[rows, members] = _row_counts(draws, len(members))
+    return counts
 
-    Row i's keys are shifted by ``i * n_keys`` so that a single flat bincount keeps the rows apart.
-    """
+
+def resample_weights(idx, n: int) -> np.ndarray:
+    """``[R, n]`` integers: how often resample r (row r of the index matrix ``idx``) drew image i."""
+    return _row_counts(_check_indices(idx, n), n)
+
+
+def _row_counts(keys: np.ndarray, n_keys: int) -> np.ndarray:
+    """``bincount`` of each row of ``keys`` [r, m] (values < n_keys) at once: [r, n_keys] int64. Row i's keys
+    are shifted by ``i * n_keys`` so that a single flat bincount keeps the rows apart."""
     rows = keys.shape[0]
     shifted = keys + (n_keys * np.arange(rows))[:, None]
-    flat = np.bincount(shifted.ravel(), None if weights is None else weights.ravel(), minlength=rows * n_keys)
-    return flat.reshape(rows, n_keys).astype(np.float64, copy=False)
-
-
-class _Sample:
-    """Per-image keys computed once for the whole bootstrap, gathered per resample by index."""
-
-    def __init__(self, y: np.ndarray, s: np.ndarray, threshold: float, n_bins: int, min_positives: int):
-        self.y, self.s = y, s
-        self.threshold, self.n_bins, self.min_positives = threshold, n_bins, min_positives
-
-    @cached_property
-    def ranking_key(self) -> tuple[np.ndarray, int]:
-        """``2 * tie group + label`` (groups = distinct scores, ascending) and the number of groups."""
-        distinct, group = np.unique(self.s, return_inverse=True)
-        return group * 2 + self.y, len(distinct)
-
-    @cached_property
-    def confusion_key(self) -> np.ndarray:
-        """``2 * label + prediction``: 0 = TN, 1 = FP, 2 = FN, 3 = TP."""
-        return 2 * self.y + (self.s >= self.threshold)
-
-    @cached_property
-    def squared_error(self) -> np.ndarray:
-        return (self.s - self.y) ** 2
-
-    def calibration(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-        """``(bin, confidence, outcome, n_bins)`` per image for ``ece``, ``ece_15`` or ``ece_top_label``."""
-        return self._calibration[name]
-
-    def calibration_gap(self, name: str) -> np.ndarray:
-        """``confidence - outcome`` per image for the calibration form ``name``."""
-        return self._calibration_gaps[name]
-
-    @cached_property
-    def _calibration_gaps(self) -> dict:
-        return {name: confidence - outcome for name, (_, confidence, outcome, _) in self._calibration.items()}
-
-    @cached_property
-    def _calibration(self) -> dict:
-        reliability = (self.s, self.y.astype(np.float64))
-        forms = {"ece": (reliability, self.n_bins), "ece_15": (reliability, 15),
-                 "ece_top_label": (top_label(self.y, self.s), self.n_bins)}
-        return {name: (bin_index(values[0], n_bins), *values, n_bins) for name, (values, n_bins) in forms.items()}
-
-
-class _Chunk:
-    """A block of resamples (``idx`` [r, m]) of a ``_Sample``, with the per-resample counts the kernels share."""
-
-    def __init__(self, sample: _Sample, idx: np.ndarray):
-        self.sample, self.idx = sample, idx
-        self.size = idx.shape[1]
-
-    @cached_property
-    def ranking(self) -> tuple[np.ndarray, np.ndarray]:
-        """Negatives and positives drawn at each distinct score, ascending: two [r, groups] arrays."""
-        key, n_groups = self.sample.ranking_key
-        counts = row_bincount(key[self.idx], 2 * n_groups).reshape(len(self.idx), n_groups, 2)
-        return counts[:, :, 0], counts[:, :, 1]
-
-    @cached_property
-    def confusion(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(tn, fp, fn, tp)`` per resample."""
-        counts = row_bincount(self.sample.confusion_key[self.idx], 4)
-        return counts[:, 0], counts[:, 1], counts[:, 2], counts[:, 3]
-
-    def ranking_defined(self, n_pos: np.ndarray, n_neg: np.ndarray) -> np.ndarray:
-        return np.minimum(n_pos, n_neg) >= max(self.sample.min_positives, 1)
-
-
-def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
-    """numerator / denominator, NaN where the denominator is 0 (undefined, never 0)."""
-    out = np.full(np.shape(numerator), np.nan)
-    np.divide(numerator, denominator, out=out, where=denominator > 0)
-    return out
-
-
-def _auroc(chunk: _Chunk) -> np.ndarray:
-    neg, pos = chunk.ranking
-    n_pos, n_neg = pos.sum(axis=1), neg.sum(axis=1)
-    neg_below = np.cumsum(neg, axis=1) - neg
-    u = np.sum(pos * (neg_below + 0.5 * neg), axis=1)  # Mann-Whitney U, ties counting one half
-    return np.where(chunk.ranking_defined(n_pos, n_neg), _ratio(u, n_pos * n_neg), np.nan)
-
-
-def _auprc(chunk: _Chunk) -> np.ndarray:
-    neg, pos = chunk.ranking
-    n_pos, n_neg = pos.sum(axis=1), neg.sum(axis=1)
-    pos_down = pos[:, ::-1]  # highest score first: thresholds in the order the PR curve takes them
-    tp = np.cumsum(pos_down, axis=1)
-    drawn = np.cumsum((pos + neg)[:, ::-1], axis=1)
-    precision = np.zeros_like(tp)
-    np.divide(tp, drawn, out=precision, where=drawn > 0)  # drawn = 0 only before any image: pos_down is 0 there
-    ap = _ratio(np.sum(pos_down * precision, axis=1), n_pos)
-    return np.where(chunk.ranking_defined(n_pos, n_neg), ap, np.nan)
-
-
-def _accuracy(chunk: _Chunk) -> np.ndarray:
-    tn, _, _, tp = chunk.confusion
-    return _ratio(tp + tn, np.full(len(tp), float(chunk.size)))
-
-
-def _sensitivity(chunk: _Chunk) -> np.ndarray:
-    _, _, fn, tp = chunk.confusion
-    return _ratio(tp, tp + fn)
-
-
-def _specificity(chunk: _Chunk) -> np.ndarray:
-    tn, fp, _, _ = chunk.confusion
-    return _ratio(tn, tn + fp)
-
-
-def _f1(chunk: _Chunk) -> np.ndarray:
-    _, fp, fn, tp = chunk.confusion
-    return _ratio(2 * tp, 2 * tp + fp + fn)
-
-
-def _calibration_kernel(name: str):
-    def kernel(chunk: _Chunk) -> np.ndarray:
-        bins, confidence, outcome, n_bins = chunk.sample.calibration(name)
-        # S_b - Y_b as one weighted count of the per-image gap (equal to float rounding to the two counts' difference)
-        gap = np.abs(row_bincount(bins[chunk.idx], n_bins + 1, chunk.sample.calibration_gap(name)[chunk.idx]))
-        return _ratio(gap.sum(axis=1), np.full(len(gap), float(chunk.size)))  # sum_b |S_b - Y_b| / N
-
-    kernel.__name__ = f"_{name}"
-    return kernel
-
-
-def _brier(chunk: _Chunk) -> np.ndarray:
-    if chunk.size == 0:
-        return np.full(len(chunk.idx), np.nan)
-    return chunk.sample.squared_error[chunk.idx].mean(axis=1)
-
-
-KERNELS = {
-    "auroc": _auroc,
-    "auprc": _auprc,
-    "accuracy": _accuracy,
-    "sensitivity": _sensitivity,
-    "specificity": _specificity,
-    "f1": _f1,
-    "ece": _calibration_kernel("ece"),
-    "ece_15": _calibration_kernel("ece_15"),
-    "ece_top_label": _calibration_kernel("ece_top_label"),
-    "brier": _brier,
-}
-assert set(KERNELS) == set(METRICS) and set(THRESHOLD_METRICS) <= set(KERNELS)
+    return np.bincount(shifted.ravel(), minlength=rows * n_keys).reshape(rows, n_keys)
 
 
 def _check_indices(idx, n: int) -> np.ndarray:
@@ -254,27 +156,329 @@ def _check_indices(idx, n: int) -> np.ndarray:
     return idx
 
 
-def replicates_many(metrics, y_true, y_score, idx, *, threshold: float = 0.5, n_bins: int = 10,
-                    min_positives: int = MIN_POSITIVES, chunk: int = CHUNK) -> dict[str, np.ndarray]:
-    """``bootstrap_replicates`` for several metrics at once, sharing the per-resample counts between them."""
-    unknown = [name for name in metrics if name not in KERNELS]
-    if unknown:
-        raise KeyError(f"unknown metric(s) {unknown}; known: {', '.join(KERNELS)}")
-    needs_probabilities = any(name in CALIBRATION_METRICS for name in metrics)
-    y, s = (as_probabilities if needs_probabilities else as_arrays)(y_true, y_score)
-    idx = _check_indices(idx, len(y))
-    sample = _Sample(y, s, threshold, n_bins, min_positives)
-    out = {name: np.empty(len(idx)) for name in metrics}
-    for start in range(0, len(idx), chunk):
-        block = _Chunk(sample, idx[start : start + chunk])
-        for name in metrics:
-            out[name][start : start + chunk] = KERNELS[name](block)
+# ---------------------------------------------------------------------------------------------- kernels
+
+
+def _ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """numerator / denominator, NaN where the denominator is 0 (undefined, never 0)."""
+    out = np.full(np.shape(numerator), np.nan)
+    np.divide(numerator, denominator, out=out, where=denominator > 0)
     return out
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Per resample and group ([R, groups] float64, exact integers): images drawn, positives among them,
+    predicted positives, true positives and false positives at one threshold."""
+
+    size: np.ndarray
+    positives: np.ndarray
+    predicted: np.ndarray
+    true_pos: np.ndarray
+    false_pos: np.ndarray
+
+    @property
+    def negatives(self) -> np.ndarray:
+        return self.size - self.positives
+
+    def rate(self, name: str) -> np.ndarray:
+        """``name`` (accuracy, sensitivity / tpr, specificity, fpr, f1, positive_rate), NaN where undefined."""
+        true_neg, false_neg = self.negatives - self.false_pos, self.positives - self.true_pos
+        if name == "accuracy":
+            return _ratio(self.true_pos + true_neg, self.size)
+        if name in ("sensitivity", "tpr"):
+            return _ratio(self.true_pos, self.positives)
+        if name == "specificity":
+            return _ratio(true_neg, self.negatives)
+        if name == "fpr":
+            return _ratio(self.false_pos, self.negatives)
+        if name == "f1":
+            return _ratio(2 * self.true_pos, 2 * self.true_pos + self.false_pos + false_neg)
+        if name == "positive_rate":
+            return _ratio(self.predicted, self.size)
+        raise KeyError(f"no count-based rate {name!r}")
+
+
+class Resamples:
+    """One sample's resamples, given by their weights (``counts`` [R, n]: how often resample r drew image i),
+    for the kernels of the module docstring: ``metrics`` for the whole sample, ``groups`` / ``attributes`` for
+    the groups of attributes. Options per call: ``threshold`` (predicted positive at ``score >= threshold``)
+    and ``n_bins`` (ECE); ``min_positives`` for AUROC / AUPRC.
+
+    A call first prepares what depends on the images only (indicator and gap columns, orders, where to read
+    the cumulative sums), then runs the kernels block by block (``_Block``: BLOCK resamples).
+    """
+
+    def __init__(self, y_true, y_score, counts, *, min_positives: int = MIN_POSITIVES):
+        self.y, self.s = as_arrays(y_true, y_score)
+        counts = np.asarray(counts)
+        if counts.ndim != 2 or counts.shape[1] != len(self.y) or not np.issubdtype(counts.dtype, np.integer):
+            raise ValueError(f"counts must be integer [resamples, {len(self.y)}], got {counts.dtype} {counts.shape}")
+        self.drawn = int(counts.sum(axis=1).max(initial=0))  # the most images a resample drew: bounds every sum
+        # counts in int32 (half the memory traffic of int64 in the cumulative sums); count sums in float32 below
+        # 2**24, where it is exact (and a faster product)
+        counts = counts.astype(np.int32 if self.drawn < 2**31 else np.int64, copy=False)
+        self.exact_type = np.float32 if self.drawn < 2**24 else np.float64
+        self.blocks = [_Block(counts[start : start + BLOCK], self.exact_type) for start in range(0, len(counts), BLOCK)]
+        self.min_positives = min_positives
+
+    @cached_property
+    def probabilities(self) -> np.ndarray:
+        """The scores, checked to be probabilities (the calibration kernels compare them with frequencies)."""
+        return as_probabilities(self.y, self.s)[1]
+
+    # ---------------------------------------------------------------------------------------- entry points
+
+    def metrics(self, names, *, threshold: float = 0.5, n_bins: int = 10) -> dict[str, np.ndarray]:
+        """The replicates [R] of each metric of ``metrics.METRICS`` in ``names`` on the whole sample."""
+        unknown = [name for name in names if name not in METRICS]
+        if unknown:
+            raise KeyError(f"unknown metric(s) {unknown}; known: {', '.join(METRICS)}")
+        images, whole = np.arange(len(self.y)), np.zeros(len(self.y), dtype=np.intp)  # one group: every image
+        indicator = self._indicator(images, whole, 1, threshold)
+        ranking = self._ranking(images, whole, 1) if "auroc" in names else None
+        steps = self._precision_steps() if "auprc" in names else None
+        forms = [name for name in names if name in ("ece", "ece_15", "ece_top_label")]
+        gaps = np.hstack([self._gap_columns(name, images, whole, 1, n_bins) for name in forms]) if forms else None
+        widths = np.cumsum([_bins(name, n_bins) + 1 for name in forms])[:-1]
+        squared_error = (self.probabilities - self.y) ** 2 if "brier" in names else None
+        out = {name: [] for name in names}
+        for block in self.blocks:
+            counts = block.counts_at(indicator, 1)
+            values = {name: counts.rate(name) for name in THRESHOLD_METRICS if name in names}
+            if forms:  # one product for the (bin) columns of all ECE forms
+                for name, sums in zip(forms, np.split(block.float_counts @ gaps, widths, axis=1)):
+                    values[name] = _calibration_error(sums[:, None, :], counts.size)
+            if squared_error is not None:
+                values["brier"] = _ratio((block.float_counts @ squared_error)[:, None], counts.size)
+            if ranking is not None:
+                values["auroc"] = self._auroc(block, ranking, counts)
+            if steps is not None:
+                values["auprc"] = self._average_precision(block, steps, counts)
+            for name in names:
+                out[name].append(values[name].reshape(-1))
+        return {name: np.concatenate(parts) if parts else np.empty(0) for name, parts in out.items()}
+
+    def groups(self, codes, n_groups: int, *, threshold: float = 0.5, n_bins: int = 10) -> dict[str, np.ndarray]:
+        """The group metrics (``GROUP_METRICS``: positive_rate, accuracy, tpr, fpr, auroc, ece) of every group
+        of an attribute, [R, n_groups] each: column k = the images whose code is k (code -1 = in no group)."""
+        return self.attributes([(codes, n_groups)], threshold=threshold, n_bins=n_bins)[0]
+
+    def attributes(self, attributes, *, threshold: float = 0.5, n_bins: int = 10) -> list[dict[str, np.ndarray]]:
+        """``groups`` of several attributes (``[(codes, n_groups)]``) at once: the groups of all of them as the
+        columns of one product for their counts, one for their ECE and one cumulative sum for their AUROC."""
+        if not attributes:
+            return []
+        memberships = [self._memberships(codes, n_groups) for codes, n_groups in attributes]
+        widths = [n_groups for _, n_groups in attributes]
+        offsets = np.cumsum([0, *widths])
+        images = np.concatenate([images for images, _ in memberships]).astype(np.intp)
+        groups = np.concatenate([group + offset for (_, group), offset in zip(memberships, offsets)]).astype(np.intp)
+        n_groups = int(offsets[-1])
+        indicator = self._indicator(images, groups, n_groups, threshold)
+        ranking = self._ranking(images, groups, n_groups)
+        gaps = self._gap_columns("ece", images, groups, n_groups, n_bins)
+        out = {name: [] for name in GROUP_METRICS}
+        for block in self.blocks:
+            counts = block.counts_at(indicator, n_groups)
+            values = {name: counts.rate(name) for name in ("positive_rate", "accuracy", "tpr", "fpr")}
+            values["auroc"] = self._auroc(block, ranking, counts)
+            sums = (block.float_counts @ gaps).reshape(len(block.counts), n_groups, n_bins + 1)
+            values["ece"] = _calibration_error(sums, counts.size)
+            for name in GROUP_METRICS:
+                out[name].append(values[name])
+        stacked = {name: np.concatenate(parts) if parts else np.empty((0, n_groups)) for name, parts in out.items()}
+        return [{name: values[:, start:stop] for name, values in stacked.items()}
+                for start, stop in zip(offsets[:-1], offsets[1:])]
+
+    def _memberships(self, codes, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(images, groups)``: the images in a group of the attribute ``codes`` and their group."""
+        codes = np.asarray(codes, dtype=np.intp)
+        if codes.shape != self.y.shape or (codes >= n_groups).any():
+            raise ValueError(f"groups must be {len(self.y)} codes in [-1, {n_groups})")
+        images = np.flatnonzero(codes >= 0)
+        return images, codes[images]
+
+    # ------------------------------------------------------------------------------- what the images give
+    #
+    # A group is given by its memberships: ``(images, groups)`` pairs, an image in at most one group of an
+    # attribute but in one group of every attribute computed together.
+
+    def _indicator(self, images: np.ndarray, groups: np.ndarray, n_groups: int, threshold: float) -> np.ndarray:
+        """[n, 5 * n_groups] columns whose product with W gives ``Counts``: per group, its images, its
+        positives, its predicted positives, true positives, false positives (1 where the image is one)."""
+        y, predicted = self.y[images], self.s[images] >= threshold
+        indicator = np.zeros((len(self.y), 5, n_groups), dtype=self.exact_type)
+        for k, column in enumerate((np.ones(len(images), bool), y, predicted, predicted & y, predicted & ~y)):
+            indicator[images, k, groups] = column
+        return indicator.reshape(len(self.y), -1)
+
+    def _gap_columns(self, name: str, images: np.ndarray, groups: np.ndarray, n_groups: int, n_bins: int
+                     ) -> np.ndarray:
+        """[n, n_groups * (bins + 1)] float64: the image's gap (confidence - outcome of ECE form ``name``) in the
+        column of its (group, bin), 0 elsewhere; W times it gives every S_b - Y_b."""
+        s, y = self.probabilities, self.y
+        confidence, outcome = top_label(y, s) if name == "ece_top_label" else (s, y.astype(np.float64))
+        n_bins = _bins(name, n_bins)
+        width = n_bins + 1  # the bins of bin_index, score 1.0 in a bin of its own
+        columns = np.zeros((len(y), n_groups * width))
+        columns[images, groups * width + bin_index(confidence[images], n_bins)] = (confidence - outcome)[images]
+        return columns
+
+    @cached_property
+    def _rank(self) -> np.ndarray:
+        """The distinct-score rank of every image (ties share one), ascending."""
+        return np.unique(self.s, return_inverse=True)[1].astype(np.int64).reshape(-1)
+
+    def _ranking(self, images: np.ndarray, groups: np.ndarray, n_groups: int) -> _Ranking:
+        """Where the AUROC kernel reads its cumulative sum, for the groups' memberships."""
+        width = int(self._rank.max(initial=0)) + 2
+        key = groups * width + self._rank[images]  # (group, score) order
+        negative = ~self.y[images]
+        negatives = np.flatnonzero(negative)
+        negatives = negatives[np.argsort(key[negatives], kind="stable")]
+        positives = np.flatnonzero(~negative)
+        positives = positives[np.argsort(groups[positives], kind="stable")]  # contiguous per group
+        neg_keys, pos_keys = key[negatives], key[positives]
+        layers = int(np.bincount(images).max(initial=0))
+        return _Ranking(layers, images[negatives], images[positives], np.searchsorted(neg_keys, pos_keys, "left"),
+                        np.searchsorted(neg_keys, pos_keys, "right"),
+                        np.searchsorted(neg_keys, np.arange(n_groups) * width, "left"),
+                        np.searchsorted(groups[positives], np.arange(n_groups + 1), "left"))
+
+    def _precision_steps(self) -> _Steps:
+        """Where the AUPRC kernel reads its cumulative sums: at each distinct score that holds positives."""
+        order = np.argsort(self.s, kind="stable")
+        positives = order[self.y[order]]  # ascending score, as ``order``
+        scores = np.unique(self.s[positives])
+        return _Steps(order, positives, np.searchsorted(self.s[positives], scores, "left"),
+                      np.searchsorted(self.s[positives], scores, "right"),
+                      np.searchsorted(self.s[order], scores, "left"))
+
+    # -------------------------------------------------------------------------------------------- kernels
+
+    def _auroc(self, block: _Block, ranking: _Ranking, counts: Counts) -> np.ndarray:
+        """AUROC of every group ([r, n_groups]): U / (positives * negatives), U exact (``_Ranking``)."""
+        # the largest integer here, the cumulative sum over all positives' terms, is at most twice the drawn
+        # positive memberships times the drawn negative ones: below 2 (layers * drawn)**2 (an image drawn counts
+        # once per attribute, ``layers``)
+        fits = 2 * (ranking.layers * self.drawn) ** 2 < 2**31
+        weights = block.counts.astype(np.int32 if fits else np.int64, copy=False)
+        cumulative = _cumulative(_columns(weights, ranking.negatives))
+        twice = _columns(cumulative, ranking.below) + _columns(cumulative, ranking.through)  # + 2 * earlier
+        twice *= _columns(weights, ranking.positives)  # each drawn copy of a positive counts
+        per_positive = _cumulative(twice)
+        bounds = ranking.bounds
+        sums = (per_positive[:, bounds[1:]] - per_positive[:, bounds[:-1]]).astype(np.float64)
+        u = 0.5 * (sums - 2 * _columns(cumulative, ranking.group_start) * counts.positives)
+        positives, negatives = counts.positives, counts.negatives
+        return np.where(self._ranking_defined(positives, negatives), _ratio(u, positives * negatives), np.nan)
+
+    def _average_precision(self, block: _Block, steps: _Steps, counts: Counts) -> np.ndarray:
+        """AUPRC of the whole sample ([r]): a step per distinct score, highest first (module docstring)."""
+        pos_cumulative = _cumulative(_columns(block.counts, steps.positives))
+        drawn_below = _columns(_cumulative(_columns(block.counts, steps.order)), steps.drawn_below)
+        pos_below = _columns(pos_cumulative, steps.positives_below)
+        pos_through = _columns(pos_cumulative, steps.positives_through)
+        n_pos, size = counts.positives, counts.size  # [r, 1]
+        true_pos, drawn = n_pos - pos_below, size - drawn_below  # at or above each step's score
+        precision = np.zeros(true_pos.shape)
+        np.divide(true_pos, drawn, out=precision, where=drawn > 0)  # drawn = 0: no positive drawn there either
+        ap = _ratio(np.sum((pos_through - pos_below)[:, ::-1] * precision[:, ::-1], axis=1), n_pos[:, 0])
+        return np.where(self._ranking_defined(n_pos[:, 0], size[:, 0] - n_pos[:, 0]), ap, np.nan)
+
+    def _ranking_defined(self, positives: np.ndarray, negatives: np.ndarray) -> np.ndarray:
+        return np.minimum(positives, negatives) >= max(self.min_positives, 1)
+
+
+@dataclass(frozen=True)
+class _Ranking:
+    """Where the AUROC kernel reads one cumulative sum C of W over the negatives of all groups, in (group, score)
+    order (the groups of every attribute computed together: an image is in up to ``layers`` of them).
+
+    Each positive (``positives``, contiguous per group, between ``bounds``) reads C at its tie block
+    (``below``, ``through``: twice the negatives of its group below it plus those tied, plus twice the
+    negatives of the groups before its own); those earlier negatives, C at the group's first negative
+    (``group_start``), are the same for all of a group's positives, so they are subtracted once per group,
+    times the group's drawn positives."""
+
+    layers: int
+    negatives: np.ndarray
+    positives: np.ndarray
+    below: np.ndarray
+    through: np.ndarray
+    group_start: np.ndarray
+    bounds: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """Where the AUPRC kernel reads the cumulative sums of W over the positives (``positives``, ascending
+    score) and over all images (``order``): per distinct score holding positives, the positives below it and
+    through it, and the images below it."""
+
+    order: np.ndarray
+    positives: np.ndarray
+    positives_below: np.ndarray
+    positives_through: np.ndarray
+    drawn_below: np.ndarray
+
+
+class _Block:
+    """A block of resamples (``counts`` [r, n] integers) and its float copies for the products."""
+
+    def __init__(self, counts: np.ndarray, exact_type):
+        self.counts = counts
+        self.exact_counts = counts.astype(exact_type)
+
+    @cached_property
+    def float_counts(self) -> np.ndarray:
+        return self.counts.astype(np.float64)
+
+    def counts_at(self, indicator: np.ndarray, n_groups: int) -> Counts:
+        """The ``Counts`` of every group: one product of W with the groups' indicator columns."""
+        sums = (self.exact_counts @ indicator).astype(np.float64)
+        return Counts(*sums.reshape(len(self.counts), 5, n_groups).transpose(1, 0, 2))
+
+
+def _bins(name: str, n_bins: int) -> int:
+    """The bins of ECE form ``name``: 15 for ece_15, else ``n_bins``."""
+    return 15 if name == "ece_15" else n_bins
+
+
+def _calibration_error(gaps: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """sum_b |S_b - Y_b| / N per group from the per-(group, bin) sums ``gaps`` [r, groups, bins], ``size`` N."""
+    return _ratio(np.abs(gaps).sum(axis=2), size)
+
+
+def _cumulative(counts: np.ndarray) -> np.ndarray:
+    """Cumulative sums along the rows, with a leading 0 (entry j = the sum of the first j): [R, m + 1], in the
+    integer type of ``counts`` (integer additions: exact, and several times faster than floating ones)."""
+    out = np.zeros((counts.shape[0], counts.shape[1] + 1), dtype=counts.dtype)
+    np.cumsum(counts, axis=1, dtype=counts.dtype, out=out[:, 1:])
+    return out
+
+
+def _columns(array: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """``array[:, columns]`` in row-major order (fancy indexing of columns gives a column-major array, along
+    whose rows the cumulative sums and products here are several times slower)."""
+    return np.take(array, columns, axis=1)
+
+
+# --------------------------------------------------------------------------------------------- entry points
+
+
+def replicates_many(metrics, y_true, y_score, idx, *, threshold: float = 0.5, n_bins: int = 10,
+                    min_positives: int = MIN_POSITIVES) -> dict[str, np.ndarray]:
+    """``bootstrap_replicates`` for several metrics at once, sharing the per-resample sums between them."""
+    y, s = as_arrays(y_true, y_score)
+    resamples = Resamples(y, s, resample_weights(idx, len(y)), min_positives=min_positives)
+    return resamples.metrics(tuple(metrics), threshold=threshold, n_bins=n_bins)
 
 
 def bootstrap_replicates(metric: str, y_true, y_score, idx, **kw) -> np.ndarray:
     """The metric on each resample ``idx[r]`` (rows of indices into the sample), all at once: [R] floats,
-    NaN where undefined. Options: ``threshold``, ``n_bins``, ``min_positives``, ``chunk``.
+    NaN where undefined. Options: ``threshold``, ``n_bins``, ``min_positives``.
 
     For a gap between two groups, resample each group separately with the same R (and the group's own
     ``resample_indices``) and difference the two replicate arrays.
@@ -299,8 +503,8 @@ def bootstrap(y_true, y_score, metrics=DEFAULT_METRICS, n_resamples: int = 1000,
     (stratified by label unless ``stratified=False``)."""
     y, s = as_arrays(y_true, y_score)
     options = {"threshold": threshold, "n_bins": n_bins, "min_positives": min_positives}
-    idx = resample_indices(y, n_resamples, seed, stratified)
-    replicates = replicates_many(tuple(metrics), y, s, idx, **options)
+    resamples = Resamples(y, s, resample_counts(y, n_resamples, seed, stratified), min_positives=min_positives)
+    replicates = resamples.metrics(tuple(metrics), threshold=threshold, n_bins=n_bins)
     return {name: percentile_interval(call_metric(name, y, s, **options), replicates[name], alpha)
             for name in metrics}
 
@@ -310,116 +514,15 @@ def bootstrap(y_true, y_score, metrics=DEFAULT_METRICS, n_resamples: int = 1000,
 # Groups (sex, age, quality, ...) are measured on the configuration's own resamples: replicate r of a group
 # metric is the metric on the images of the group that resample r drew, with their multiplicities. So a
 # group's size varies across replicates as it does between real samples, every group and the whole set share
-# each replicate, and a gap's replicate is the gap on that replicate. A resample is represented by its
-# weights (how often it drew each image, ``resample_weights``); a group's kernels are weighted sums.
-
-
-def resample_weights(idx: np.ndarray, n: int) -> np.ndarray:
-    """``[R, n]`` float64: how often resample r drew image i (``row_bincount`` of the index matrix)."""
-    return row_bincount(_check_indices(idx, n), n)
+# each replicate, and a gap's replicate is the gap on that replicate (``Resamples.groups``).
 
 
 def group_replicates(y_true, y_score, weights: np.ndarray, member, *, threshold: float = 0.5, n_bins: int = 10,
                      min_positives: int = MIN_POSITIVES) -> dict[str, np.ndarray]:
     """Replicates of the group metrics (positive_rate, accuracy, tpr, fpr, auroc, ece) of the images where
     ``member`` is True, on each resample given by ``weights`` [R, n] (``resample_weights``): [R] floats each,
-    NaN where undefined in that resample (no image of the group drawn; TPR without positives; AUROC with
-    fewer than ``min_positives`` drawn positives or negatives, counted with multiplicity as the unweighted
-    kernels count them). One group of ``GroupResamples``."""
-    resamples = GroupResamples(y_true, y_score, weights, threshold=threshold, n_bins=n_bins,
-                               min_positives=min_positives)
+    NaN where undefined in that resample. One group of ``Resamples.groups``."""
+    resamples = Resamples(y_true, y_score, weights, min_positives=min_positives)
     codes = np.where(np.asarray(member, dtype=bool), 0, -1)
-    return {name: values[:, 0] for name, values in resamples.replicates(codes, 1).items()}
-
-
-class GroupResamples:
-    """One configuration's resamples (``weights`` [R, n], ``resample_weights``) prepared once for the group
-    kernels of all its attributes: ``replicates(groups, n_groups)`` gives ``group_replicates`` of every group
-    of an attribute at once, as [R, n_groups] arrays (column k = the images whose code is k; code -1 = in no
-    group).
-
-    The counts (size, positives, predictions, the confusion cells) and the AUROC's Mann-Whitney U are integer
-    (U: half-integer) sums, computed exactly (in float32 where every partial sum stays below 2**24, float64
-    otherwise), so the rates and AUROC are the floats a group-by-group computation gives; the ECE is a
-    float64 weighted sum. How: one matrix product of the weights
-    against the groups' indicator columns for all counts, one against the (group, bin) columns of ``s - y`` for
-    the ECE, and for the AUROC one cumulative sum of the drawn negatives in (group, score) order, read at each
-    positive's tie block (negatives of its group below its score, and through its score), weighted by the
-    positive's multiplicity and summed per group by a product with the groups' indicator.
-    """
-
-    def __init__(self, y_true, y_score, weights: np.ndarray, *, threshold: float = 0.5, n_bins: int = 10,
-                 min_positives: int = MIN_POSITIVES):
-        self.y, self.s = as_probabilities(y_true, y_score)
-        self.weights = np.asarray(weights, dtype=np.float64)
-        if self.weights.ndim != 2 or self.weights.shape[1] != len(self.y):
-            raise ValueError(f"weights must be [resamples, {len(self.y)}], got {self.weights.shape}")
-        self.threshold, self.n_bins, self.min_positives = threshold, n_bins, min_positives
-        n = len(self.y)
-        # integer sums are exact in float32 below 2**24: counts <= n, 2U <= n**2 / 2 (every row draws n images)
-        self.exact_dtype = np.float32 if n * n // 2 < 2**24 else np.float64
-
-    @cached_property
-    def counts_weights(self) -> np.ndarray:
-        return self.weights.astype(self.exact_dtype)
-
-    @cached_property
-    def rank(self) -> tuple[np.ndarray, int]:
-        distinct, inverse = np.unique(self.s, return_inverse=True)
-        return inverse.astype(np.int64), len(distinct)
-
-    @cached_property
-    def bins(self) -> np.ndarray:
-        return bin_index(self.s, self.n_bins)
-
-    def replicates(self, groups, n_groups: int) -> dict[str, np.ndarray]:
-        codes = np.asarray(groups, dtype=np.intp)
-        y, s, w = self.y, self.s, self.counts_weights
-        n_res, n = self.weights.shape
-        if codes.shape != (n,) or (codes >= n_groups).any():
-            raise ValueError(f"groups must be {n} codes in [-1, {n_groups})")
-        rows = np.flatnonzero(codes >= 0)
-        g, ym = codes[rows], y[rows]
-        predicted = s[rows] >= self.threshold
-        indicator = np.zeros((n, 5, n_groups), dtype=self.exact_dtype)
-        for k, column in enumerate((np.ones(len(rows), bool), ym, predicted, predicted & ym, predicted & ~ym)):
-            indicator[rows, k, g] = column
-        counts = (w @ indicator.reshape(n, 5 * n_groups)).astype(np.float64).reshape(n_res, 5, n_groups)
-        size, positives, predicted_n, true_pos, false_pos = (counts[:, k] for k in range(5))
-        negatives = size - positives
-        return {
-            "positive_rate": _ratio(predicted_n, size),
-            "accuracy": _ratio(true_pos + (negatives - false_pos), size),
-            "tpr": _ratio(true_pos, positives),
-            "fpr": _ratio(false_pos, negatives),
-            "auroc": self._auroc(rows, g, ym, n_groups, positives, negatives),
-            "ece": self._ece(rows, g, ym, n_groups, size),
-        }
-
-    def _auroc(self, rows, g, ym, n_groups, positives, negatives) -> np.ndarray:
-        w = self.counts_weights
-        rank, n_distinct = self.rank
-        key = g.astype(np.int64) * (n_distinct + 1) + rank[rows]
-        neg_rows, neg_keys = rows[~ym], key[~ym]
-        order = np.argsort(neg_keys, kind="stable")
-        neg_rows, neg_keys = neg_rows[order], neg_keys[order]
-        pos_rows, pos_keys, pos_groups = rows[ym], key[ym], g[ym]
-        cum = np.zeros((w.shape[0], len(neg_rows) + 1), dtype=w.dtype)
-        np.cumsum(w[:, neg_rows], axis=1, out=cum[:, 1:])
-        lo = np.searchsorted(neg_keys, pos_keys, "left")  # negatives of the group below the score (+ start)
-        hi = np.searchsorted(neg_keys, pos_keys, "right")  # ... through the score
-        start = np.searchsorted(neg_keys, pos_groups.astype(np.int64) * (n_distinct + 1), "left")
-        twice = cum[:, lo] + cum[:, hi]
-        twice -= 2 * cum[:, start]  # 2 * (below + half the tied), per drawn copy of each positive
-        onehot = np.zeros((len(pos_rows), n_groups), dtype=w.dtype)
-        onehot[np.arange(len(pos_rows)), pos_groups] = 1
-        u = ((w[:, pos_rows] * twice) @ onehot).astype(np.float64) * 0.5
-        defined = np.minimum(positives, negatives) >= max(self.min_positives, 1)
-        return np.where(defined, _ratio(u, positives * negatives), np.nan)
-
-    def _ece(self, rows, g, ym, n_groups, size) -> np.ndarray:
-        n_bins = self.n_bins + 1
-        gap_columns = np.zeros((len(self.y), n_groups * n_bins))
-        gap_columns[rows, g * n_bins + self.bins[rows]] = self.s[rows] - ym
-        gap = np.abs(self.weights @ gap_columns).reshape(-1, n_groups, n_bins)
-        return _ratio(gap.sum(axis=2), size)
+    return {name: values[:, 0] for name, values in resamples.groups(codes, 1, threshold=threshold,
+                                                                     n_bins=n_bins).items()}

@@ -37,13 +37,17 @@ Degenerate cases (documented fall-backs, never an exception):
 Jackknife helpers (leave-one-out values of the statistic, O(n) or O(n log n), equal to calling the point
 metric of ``metrics`` on the sample without image i, to float rounding; tested):
 ``jackknife_auroc`` (from ranks: leaving out a positive removes the negatives it outscores from U),
-``jackknife_auprc`` (vectorised over the distinct scores, O(n * distinct)),
+``jackknife_auprc`` (prefix and suffix sums over the distinct scores, O(n log n)),
 ``jackknife_confusion`` (accuracy, sensitivity, specificity, f1, closed form from the confusion matrix),
 ``jackknife_calibration`` (ece / ece_15 / ece_top_label from per-bin sums), ``jackknife_brier``;
-``jackknife_values(name, ...)`` dispatches and falls back to n calls of the point metric;
+``jackknife_values(name, ...)`` dispatches and falls back to n calls of the point metric (``metric_jackknife``
+also knows the group metrics positive_rate, tpr, fpr);
 ``group_jackknife`` combines the groups' values for a gap (max-min, signed difference, equalized odds).
 Leave-one-out AUROC ignores ``min_positives`` (a value is needed for the acceleration even when a group
 drops to 4 positives).
+
+The tables' intervals: ``interval(name, point, replicates, y, s)`` by the metric's chosen method (below), and
+``signed_difference`` for the signed two-group difference.
 
 Choice per metric (``CHOICE``). Evidence: ``bench/coverage.py`` (results and the full table in
 ``bench/results/coverage_cpu_2core.md`` / ``.json``): known truth, 500 datasets per cell, 1000 stratified
@@ -72,8 +76,8 @@ Coverage below as "mean over the defined cells (cells in band / defined cells)":
   two-group difference.
 - signed two-group difference: ``bca`` 19/24, bc 18/24, percentile and basic 17/24, with the same mean (86.6%
   vs 86.9%); the misses are groups with 1-3 positives (TPR in steps of 1/3 or coarser), where no method can
-  cover. The tables still use the percentile interval for it (``tables._difference_row``): BCa of a gap
-  needs each group's jackknife on the shared resamples, not wired yet.
+  cover. ``signed_difference`` (used by ``tables._difference_row``): each group's leave-one-out values on its
+  own images, combined by ``group_jackknife``, label strata, basic fall-back clipped to [-1, 1].
 - worst-group AUROC: not simulated; ``percentile`` (unchanged).
 """
 
@@ -150,24 +154,27 @@ def _constant(theta: float, finite: np.ndarray) -> Pair | None:
 # ---------------------------------------------------------------------------------------------- methods
 
 
-def linear_quantiles(ordered: np.ndarray, q) -> np.ndarray:
-    """``np.quantile(values, q)`` (linear interpolation) of the values sorted ascending in ``ordered``: the same
-    arithmetic as numpy's, without its per-call sort and overhead (``ordered`` finite and not empty)."""
-    q = np.asarray(q, dtype=np.float64)
-    n = ordered.size
-    virtual = (n - 1) * q
-    previous = np.floor(virtual)
-    lower = previous.astype(np.intp)
-    upper = lower + 1
-    above, below = virtual >= n - 1, virtual < 0
-    lower[above] = upper[above] = n - 1
-    previous[above] = -1.0  # numpy's gamma is taken from the index it moved (irrelevant: both ends equal there)
-    lower[below] = upper[below] = 0
-    previous[below] = 0.0
-    gamma = virtual - previous
-    a, b = ordered[lower], ordered[upper]
-    diff = b - a
-    return np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma)
+def linear_quantiles(ordered: np.ndarray, q) -> list[float]:
+    """``np.quantile(values, q)`` (linear interpolation) of the values sorted ascending in ``ordered``, for a few
+    levels ``q``: numpy's arithmetic step by step on Python floats (the same IEEE operations, hence the same
+    numbers), without numpy's per-call sort and its overhead on two-element arrays (``ordered`` finite and
+    not empty)."""
+    last = ordered.size - 1
+    out = []
+    for level in q:
+        virtual = last * float(level)
+        if virtual >= last:  # numpy's clipping at the ends
+            out.append(float(ordered[last]))
+            continue
+        if virtual < 0:
+            out.append(float(ordered[0]))
+            continue
+        lower = math.floor(virtual)
+        gamma = virtual - lower
+        a, b = float(ordered[lower]), float(ordered[lower + 1])
+        diff = b - a
+        out.append(b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma)
+    return out
 
 
 def _quantiles(point, replicates, alpha: float):
@@ -221,7 +228,9 @@ def bias_z0(point, replicates) -> float | None:
 
 
 def _z0(theta: float, finite: np.ndarray) -> float:
-    share = (np.sum(finite < theta) + 0.5 * np.sum(finite == theta)) / finite.size
+    """z0 from the finite replicates sorted ascending (``_prepare``): the counts below and equal by bisection."""
+    below, through = np.searchsorted(finite, theta, "left"), np.searchsorted(finite, theta, "right")
+    share = (below + 0.5 * (through - below)) / finite.size
     return float(ndtri(share))
 
 
@@ -293,22 +302,56 @@ METHODS: dict[str, Callable] = {"percentile": percentile, "basic": basic, "shift
 # A group metric of ``tables`` and the metric whose evidence (and jackknife) it shares.
 GROUP_METRIC_AS = {"tpr": "sensitivity", "fpr": "specificity", "positive_rate": "accuracy"}
 UNIT_RANGE = (0.0, 1.0)  # every metric of the tables lies in [0, 1]: a reflected interval is clipped to it
+SIGNED_RANGE = (-1.0, 1.0)  # so a difference of two of them lies in [-1, 1]
 
 
 def interval(name: str, point, replicates, y_true, y_score, *, threshold: float = 0.5, alpha: float = 0.05) -> Pair:
     """The interval of metric ``name`` (a ``metrics.METRICS`` name, or a group metric: positive_rate, tpr, fpr)
     by its chosen method (``CHOICE``) on the sample ``y_true``/``y_score`` its replicates were drawn from
     (label-stratified): BCa takes the jackknife values and the label strata from it."""
-    method = CHOICE[GROUP_METRIC_AS.get(name, name)]
+    def influence():
+        return metric_jackknife(name, y_true, y_score, threshold), label_strata(y_true)
+
+    return _by_method(CHOICE[GROUP_METRIC_AS.get(name, name)], point, replicates, alpha, UNIT_RANGE, influence)
+
+
+def signed_difference(name: str, points, replicates, samples, *, threshold: float = 0.5, alpha: float = 0.05
+                      ) -> Pair:
+    """The interval of group a's metric ``name`` minus group b's (``points``: the two groups' values;
+    ``replicates``: the difference on each of the shared resamples) by the method of ``CHOICE["signed_gap"]``.
+    ``samples``: the two groups' ``(y_true, y_score)``. BCa: leaving out an image changes only its own
+    group's metric (``group_jackknife`` of the groups' leave-one-out values), with the images' labels as the
+    strata (the whole set is resampled by label), as in the coverage simulation."""
+    a, b = (point_value(p) for p in points)
+    point = None if a is None or b is None else a - b
+
+    def influence():
+        jackknives = [metric_jackknife(name, y, s, threshold) for y, s in samples]
+        strata = label_strata(np.concatenate([as_labels(y) for y, _ in samples]))
+        return group_jackknife(lambda v: v[:, 0] - v[:, 1], [a, b], jackknives), strata
+
+    return _by_method(CHOICE["signed_gap"], point, replicates, alpha, SIGNED_RANGE, influence)
+
+
+def _by_method(method: str, point, replicates, alpha: float, bounds: tuple[float, float],
+               influence: Callable[[], tuple[np.ndarray, np.ndarray]]) -> Pair:
+    """The interval by ``method``; BCa asks ``influence()`` for its jackknife values and strata (only then, and
+    only for a defined point: they cost more than the rest)."""
     if method == "bca":
         if point_value(point) is None:
             return NULL
-        jackknife = (jackknife_confusion(name, y_true, y_score, threshold) if name in GROUP_METRIC_AS
-                     else jackknife_values(name, y_true, y_score, threshold=threshold))
-        return bca(point, replicates, jackknife, alpha, strata=label_strata(y_true), bounds=UNIT_RANGE)
+        jackknife, strata = influence()
+        return bca(point, replicates, jackknife, alpha, strata=strata, bounds=bounds)
     if method == "percentile":
         return percentile(point, replicates, alpha)
-    return METHODS[method](point, replicates, alpha, UNIT_RANGE)
+    return METHODS[method](point, replicates, alpha, bounds)
+
+
+def metric_jackknife(name: str, y_true, y_score, threshold: float = 0.5) -> np.ndarray:
+    """Leave-one-out values of metric ``name`` as ``interval`` names it (group metrics included)."""
+    if name in GROUP_METRIC_AS:
+        return jackknife_confusion(name, y_true, y_score, threshold)
+    return jackknife_values(name, y_true, y_score, threshold=threshold)
 
 
 # -------------------------------------------------------------------------------------------- jackknife
@@ -381,33 +424,37 @@ def jackknife_brier(y_true, y_score) -> np.ndarray:
     return _ratio(error.sum() - error, np.full(len(y), len(y) - 1.0))
 
 
-def jackknife_auprc(y_true, y_score, chunk: int = 256) -> np.ndarray:
-    """Leave-one-out average precision (``metrics.auprc``'s step-wise AP, a step per distinct score),
-    vectorised over [chunk, distinct scores] blocks, O(n * distinct scores); one computation per
-    (tie group, label) pair. NaN where no positive is left; ``min_positives`` is not applied."""
+def jackknife_auprc(y_true, y_score) -> np.ndarray:
+    """Leave-one-out average precision (``metrics.auprc``'s step-wise AP, a step per distinct score), O(n log n).
+
+    With the distinct scores g from the highest, pos_g positives and count_g images, TP_g and D_g their
+    cumulative sums: AP * P = sum_g pos_g * TP_g / D_g. Leaving out an image of label l from step h leaves
+    the steps above h alone, makes step h (pos_h - l) (TP_h - l) / (D_h - 1), and every step g below h
+    pos_g (TP_g - l) / (D_g - 1): a prefix sum, one term and a suffix sum (one per label), over P - l.
+    NaN where no positive is left; ``min_positives`` is not applied."""
     y, s = as_arrays(y_true, y_score)
     out = np.full(len(y), np.nan)
     if len(y) < 2:
         return out
-    distinct, group = np.unique(-s, return_inverse=True)  # group 0 = highest score
-    n_groups = len(distinct)
-    pos = np.bincount(group, y.astype(np.float64), n_groups)
-    count = np.bincount(group, minlength=n_groups).astype(np.float64)
-    key = 2 * group + y
-    cases, inverse = np.unique(key, return_inverse=True)
-    values = np.empty(len(cases))
-    for start in range(0, len(cases), chunk):
-        block = cases[start : start + chunk]
-        removed_group, removed_label = block // 2, (block % 2).astype(np.float64)
-        onehot = np.zeros((len(block), n_groups))
-        onehot[np.arange(len(block)), removed_group] = 1.0
-        pos_loo = pos[None] - onehot * removed_label[:, None]
-        drawn = np.cumsum(count[None] - onehot, axis=1)
-        precision = np.zeros_like(drawn)
-        np.divide(np.cumsum(pos_loo, axis=1), drawn, out=precision, where=drawn > 0)
-        values[start : start + chunk] = _ratio(np.sum(pos_loo * precision, axis=1), pos_loo.sum(axis=1))
-    out[:] = values[inverse]
-    return out
+    step = np.unique(-s, return_inverse=True)[1].reshape(-1)  # step 0 = the highest score
+    n_steps, label = int(step.max()) + 1, y.astype(np.float64)
+    pos = np.bincount(step, label, n_steps)
+    true_pos, drawn = np.cumsum(pos), np.cumsum(np.bincount(step, minlength=n_steps)).astype(np.float64)
+    terms = pos * true_pos / drawn
+    above = np.cumsum(terms) - terms  # the steps before each step, unchanged
+    # the steps after each step, without a negative (0) or a positive (1); drawn - 1 >= 1 there
+    below = [_suffix_after(_ratio(pos * (true_pos - removed), drawn - 1)) for removed in (0.0, 1.0)]
+    own = _ratio((pos[step] - label) * (true_pos[step] - label), drawn[step] - 1)
+    own[drawn[step] == 1] = 0.0  # the top step emptied: no step there
+    total = above[step] + own + np.where(y, below[1][step], below[0][step])
+    return _ratio(total, pos.sum() - label)
+
+
+def _suffix_after(values: np.ndarray) -> np.ndarray:
+    """Entry h: the sum of ``values`` after h (0 for the last), NaN entries counted as 0 (only the top step's
+    can be NaN, and it never lies after another)."""
+    values = np.nan_to_num(values)
+    return np.cumsum(values[::-1])[::-1] - values
 
 
 def jackknife_values(name: str, y_true, y_score, *, threshold: float = 0.5, n_bins: int = 10) -> np.ndarray:

@@ -365,9 +365,14 @@ def call_metric(name: str, y_true, y_score, **options) -> Value:
     """``METRICS[name]`` given only the options it takes (of threshold, n_bins, min_positives)."""
     if name not in METRICS:
         raise KeyError(f"unknown metric {name!r}; known: {', '.join(METRICS)}")
-    function = METRICS[name]
-    accepted = inspect.signature(function).parameters
-    return function(y_true, y_score, **{k: v for k, v in options.items() if k in accepted})
+    accepted = _parameters(name)
+    return METRICS[name](y_true, y_score, **{k: v for k, v in options.items() if k in accepted})
+
+
+@lru_cache(maxsize=None)
+def _parameters(name: str) -> frozenset:
+    """The parameter names of ``METRICS[name]`` (read once: ``inspect.signature`` is slow next to a metric)."""
+    return frozenset(inspect.signature(METRICS[name]).parameters)
 
 
 def compute_all(y_true, y_score, threshold: float = 0.5, n_bins: int = 10,

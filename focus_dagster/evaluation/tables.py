@@ -26,9 +26,10 @@ replicate r (max - min over the groups, or the signed difference, or the minimum
 when the metric is undefined in any group in that replicate. The 95% interval comes from the defined
 replicates by the method the coverage simulation chose for the metric (`intervals.CHOICE`, evidence in
 `bench/results/coverage_cpu_2core.md`): BCa for AUROC, AUPRC, accuracy, sensitivity, specificity, Brier and
-the group rates; the basic (reflected) interval, clipped to [0, 1], for F1 and the ECEs (biased upward; no
-method reaches 95% coverage for them at these sizes); percentile for the max-min gaps, the signed
-differences and the worst-group AUROC; the bias-shifted percentile for the equalized-odds gap. A number that
+the group rates and the signed two-group differences (`intervals.signed_difference`: each group's
+leave-one-out values); the basic (reflected) interval, clipped to [0, 1], for F1 and the ECEs (biased upward;
+no method reaches 95% coverage for them at these sizes); percentile for the max-min gaps and the worst-group
+AUROC; the bias-shifted percentile for the equalized-odds gap. A number that
 is not defined is null with a reason, never 0, and its interval is null too.
 
 Groups and ids: `group` names what is measured, never a value of the data: the age median split is
@@ -46,17 +47,18 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
+from focus_dagster.evaluation.bootstrap import GROUP_METRICS
 from focus_dagster.evaluation.predictions import CONFIG_COLUMNS, LINEAGE_COLUMNS
 
 AXES = ("performance", "calibration", "fairness", "quality")
 RANKING = ("auroc", "auprc")
 THRESHOLDED = ("accuracy", "sensitivity", "specificity", "f1")
 CALIBRATION = ("ece", "ece_15", "ece_top_label", "brier")  # ECE: 10 bins (reference); ece_15: torchmetrics' form
-GROUP_METRICS = ("positive_rate", "accuracy", "tpr", "fpr", "auroc", "ece")
 FAIRNESS_MIN_GROUP = 10
 QUALITY_MIN_GROUP = 5
 AGE_BANDS = ((None, 50, "<50"), (50, 65, "50-64"), (65, None, ">=65"))
@@ -107,30 +109,31 @@ def _num(value):
 # ------------------------------------------------------------------------------------ performance + calibration
 
 
-def configuration_rows(config: dict, y: np.ndarray, s: np.ndarray, youden: float | None, idx: np.ndarray) -> list:
-    """Performance and calibration rows of one configuration on its test images, from its resamples `idx`."""
+def configuration_rows(config: dict, y: np.ndarray, s: np.ndarray, youden: float | None, resamples) -> list:
+    """Performance and calibration rows of one configuration on its test images, from its resamples
+    (`bootstrap.Resamples`)."""
     n, n_pos = len(y), int(y.sum())
-    at_half = _intervals(y, s, RANKING + THRESHOLDED + CALIBRATION, idx, threshold=0.5)
+    at_half = _intervals(y, s, RANKING + THRESHOLDED + CALIBRATION, resamples, threshold=0.5)
     rows = [_interval_row(config, "performance", name, at_half[name], n, n_pos) for name in RANKING]
     rows += [_interval_row(config, "performance", f"{name}@0.5", at_half[name], n, n_pos) for name in THRESHOLDED]
     if youden is None or not np.isfinite(youden):
         rows += [_row(config, "performance", f"{name}@youden", "", None, None, None, n, n_pos,
                       "no Youden threshold: the training split's scores had one class") for name in THRESHOLDED]
     else:
-        at_youden = _intervals(y, s, THRESHOLDED, idx, threshold=youden)
+        at_youden = _intervals(y, s, THRESHOLDED, resamples, threshold=youden)
         rows += [_interval_row(config, "performance", f"{name}@youden", at_youden[name], n, n_pos)
                  for name in THRESHOLDED]
     rows += [_interval_row(config, "calibration", name, at_half[name], n, n_pos) for name in CALIBRATION]
     return rows
 
 
-def _intervals(y: np.ndarray, s: np.ndarray, metrics: tuple, idx: np.ndarray, threshold: float) -> dict:
+def _intervals(y: np.ndarray, s: np.ndarray, metrics: tuple, resamples, threshold: float) -> dict:
     """Point and interval of each metric (by the metric's chosen method), on the configuration's resamples."""
-    from focus_dagster.evaluation.bootstrap import Interval, replicates_many
+    from focus_dagster.evaluation.bootstrap import Interval
     from focus_dagster.evaluation.intervals import interval
     from focus_dagster.evaluation.metrics import call_metric
 
-    replicates = replicates_many(metrics, y, s, idx, threshold=threshold)
+    replicates = resamples.metrics(metrics, threshold=threshold)
     out = {}
     for name in metrics:
         point = call_metric(name, y, s, threshold=threshold)
@@ -172,53 +175,83 @@ def _group_points(ym: np.ndarray, sm: np.ndarray, replicates: dict, threshold: f
     return {metric: out[metric] for metric in GROUP_METRICS}
 
 
-def group_rows(config: dict, axis: str, attribute: str, frame: pd.DataFrame, groups: pd.Series, resamples,
-               min_group: int, signed: tuple[str, str] | None = None, details: dict | None = None) -> list:
-    """Per-group rows and gap rows for one attribute, on the configuration's resamples (`resamples`: the
-    `bootstrap.GroupResamples` the configuration's attributes share). `signed=(a, b)` reports a - b instead
-    of max - min; `details`: group -> what it is (`group_detail`)."""
-    from focus_dagster.evaluation.intervals import interval
-    from focus_dagster.evaluation.metrics import as_labels
+@dataclass(frozen=True, eq=False)
+class Attribute:
+    """An attribute analysed on a configuration's test images: its axis, name, group label per image (None: in
+    no group), the fewest images a group needs, the signed pair (`signed=(a, b)` reports a - b instead of
+    max - min) and what each group is (`details`: group -> `group_detail`)."""
 
-    rows, fitted = [], {}
-    y_all, s_all = as_labels(frame["label"].to_numpy().astype(int)), frame["score"].to_numpy().astype(float)
-    names = sorted(groups.dropna().unique(), key=str)
-    labels = groups.to_numpy()
-    members = {name: labels == name for name in names}
-    codes, usable = np.full(len(y_all), -1, dtype=np.intp), []
-    for name in names:
-        if members[name].sum() >= min_group:
-            codes[members[name]] = len(usable)
-            usable.append(name)
-    replicates = resamples.replicates(codes, len(usable)) if usable else {}
-    for name in names:
-        member = members[name]
+    axis: str
+    name: str
+    groups: pd.Series
+    min_group: int
+    signed: tuple[str, str] | None = None
+    details: dict | None = None
+
+    @cached_property
+    def names(self) -> list:
+        """The groups, sorted as text."""
+        return sorted(self.groups.dropna().unique(), key=str)
+
+    @cached_property
+    def members(self) -> dict[str, np.ndarray]:
+        labels = self.groups.to_numpy()
+        return {name: labels == name for name in self.names}
+
+    @cached_property
+    def usable(self) -> list:
+        """The groups of at least `min_group` images, in order."""
+        return [name for name in self.names if self.members[name].sum() >= self.min_group]
+
+    @cached_property
+    def codes(self) -> np.ndarray:
+        """Per image, the position of its group in `usable`, -1 when in none."""
+        codes = np.full(len(self.groups), -1, dtype=np.intp)
+        for k, name in enumerate(self.usable):
+            codes[self.members[name]] = k
+        return codes
+
+
+def group_rows(config: dict, attribute: Attribute, frame: pd.DataFrame, resamples, replicates: dict) -> list:
+    """Per-group rows and gap rows for one attribute, from its groups' replicates on the configuration's
+    resamples (`replicates`: `bootstrap.Resamples.attributes`' entry for `attribute.codes`; `resamples`: the
+    configuration's `bootstrap.Resamples`)."""
+    from focus_dagster.evaluation.intervals import interval
+
+    rows, fitted, samples = [], {}, {}
+    y_all, s_all = resamples.y, resamples.s  # the frame's labels (bool) and scores
+    axis, min_group = attribute.axis, attribute.min_group
+    for name in attribute.names:
+        member = attribute.members[name]
         y = y_all[member]
-        tag, detail = f"{attribute}={name}", (details or {}).get(name)
+        tag, detail = f"{attribute.name}={name}", (attribute.details or {}).get(name)
         if len(y) < min_group:
             rows.append(_row(config, axis, "group", tag, None, None, None, len(y), int(y.sum()),
                              f"group has {len(y)} images; at least {min_group} are needed", detail))
             continue
-        k = usable.index(name)
+        k = attribute.usable.index(name)
         s = s_all[member]
         values = _group_points(y, s, {m: r[:, k] for m, r in replicates.items()})
-        fitted[name] = values
+        fitted[name], samples[name] = values, (y, s)
         for metric, (point, reason, reps) in values.items():
             low, high = interval(metric, point, reps, y, s)
             rows.append(_row(config, axis, metric, tag, point, low, high, len(y), int(y.sum()), reason, detail))
-    rows += gap_rows(config, axis, attribute, fitted, signed, groups.notna().sum(), frame)
+    rows += gap_rows(config, axis, attribute.name, fitted, samples, attribute.signed, attribute.groups.notna().sum(),
+                     frame)
     return rows
 
 
-def gap_rows(config, axis, attribute, fitted: dict, signed, n_total, frame) -> list:
+def gap_rows(config, axis, attribute, fitted: dict, samples: dict, signed, n_total, frame) -> list:
+    """The gap rows of an attribute from its usable groups' values (`fitted`: group -> `_group_points`) and
+    images (`samples`: group -> (labels, scores))."""
     n_pos = int(frame["label"].sum())
     if signed is not None:
         if not all(g in fitted for g in signed):
             missing = [g for g in signed if g not in fitted]
             return [_row(config, axis, f"{m}_gap", f"{attribute}:{signed[0]}-{signed[1]}", None, None, None,
                          n_total, n_pos, f"no usable group {missing}") for m in GROUP_METRICS]
-        return [_difference_row(config, axis, m, attribute, fitted[signed[0]][m], fitted[signed[1]][m],
-                                f"{attribute}:{signed[0]}-{signed[1]}", n_total, n_pos) for m in GROUP_METRICS]
+        return [_difference_row(config, axis, m, attribute, signed, fitted, samples, n_total, n_pos)
+                for m in GROUP_METRICS]
     if len(fitted) < 2:
         reason = f"{len(fitted)} usable group(s) for {attribute}: a gap needs two"
         return [_row(config, axis, f"{m}_gap", f"{attribute}:max-min", None, None, None, n_total, n_pos, reason)
@@ -247,17 +280,22 @@ def gap_rows(config, axis, attribute, fitted: dict, signed, n_total, frame) -> l
     rows.append(_row(config, axis, "worst_group_auroc", attribute, worst, low, high, n_total, n_pos,
                      None if worst is not None else "AUROC undefined in some group"))
     if len(fitted) == 2:  # two groups: the signed difference too, whose interval can tell "no effect" (0 inside)
-        first, second = sorted(fitted, key=str)
-        rows += [_difference_row(config, axis, m, attribute, fitted[first][m], fitted[second][m],
-                                 f"{attribute}:{first}-{second}", n_total, n_pos) for m in GROUP_METRICS]
+        pair = tuple(sorted(fitted, key=str))
+        rows += [_difference_row(config, axis, m, attribute, pair, fitted, samples, n_total, n_pos)
+                 for m in GROUP_METRICS]
     return rows
 
 
-def _difference_row(config, axis, metric, attribute, a, b, group, n_total, n_pos) -> dict:
-    point = a[0] - b[0] if a[0] is not None and b[0] is not None else None
-    low, high = _percentiles(a[2] - b[2])
-    return _row(config, axis, f"{metric}_gap", group, point, low, high, n_total, n_pos,
-                None if point is not None else f"{metric} undefined in a group")
+def _difference_row(config, axis, metric, attribute, pair, fitted, samples, n_total, n_pos) -> dict:
+    """The signed difference `metric` of group pair[0] minus group pair[1], with its BCa interval
+    (`intervals.signed_difference`)."""
+    from focus_dagster.evaluation.intervals import signed_difference
+
+    (a, _, a_replicates), (b, _, b_replicates) = (fitted[g][metric] for g in pair)
+    point = a - b if a is not None and b is not None else None
+    low, high = signed_difference(metric, (a, b), a_replicates - b_replicates, [samples[g] for g in pair])
+    return _row(config, axis, f"{metric}_gap", f"{attribute}:{pair[0]}-{pair[1]}", point, low, high, n_total,
+                n_pos, None if point is not None else f"{metric} undefined in a group")
 
 
 def _shifted(point, replicates: np.ndarray):
@@ -291,8 +329,8 @@ def fairness_attributes(frame: pd.DataFrame, available: dict[str, bool],
     if available.get("age"):
         age = pd.to_numeric(frame["age"], errors="coerce")
         median = float(age.median()) if age.notna().any() else float("nan")
-        out["age_median"] = age.map(lambda a: None if pd.isna(a) else ("below" if a < median else "above"))
-        out["age_band"] = age.map(_age_band)
+        out["age_median"] = _labelled(age, [(age < median, "below"), (age >= median, "above")])
+        out["age_band"] = _labelled(age, [(_within(age, low, high), name) for low, high, name in AGE_BANDS])
     else:
         out["age_median"] = out["age_band"] = reasons.get("age", _no_metadata("age"))
     return out
@@ -311,13 +349,23 @@ def _no_metadata(column: str) -> str:
     return f"metadata_coverage: no image of this dataset has a {column} value"
 
 
-def _age_band(age) -> str | None:
-    if pd.isna(age):
-        return None
-    for low, high, name in AGE_BANDS:
-        if (low is None or age >= low) and (high is None or age < high):
-            return name
-    return None
+def _within(values: pd.Series, low, high) -> pd.Series:
+    """``low <= value < high`` (None: no bound), False for a missing value."""
+    inside = values.notna()
+    if low is not None:
+        inside &= values >= low
+    if high is not None:
+        inside &= values < high
+    return inside
+
+
+def _labelled(values: pd.Series, conditions: list) -> pd.Series:
+    """Per row, the label of the first ``(condition, label)`` that holds, None where none does (a missing
+    value satisfies no comparison)."""
+    labels = np.full(len(values), None, dtype=object)
+    for condition, label in reversed(conditions):
+        labels[condition.to_numpy()] = label
+    return pd.Series(labels, index=values.index, dtype=object)
 
 
 def metric_rows(predictions: pd.DataFrame, metadata: pd.DataFrame, coverage: dict[str, bool],
@@ -338,7 +386,7 @@ def _single_threaded_blas():
 
 
 def _metric_rows(predictions, metadata, coverage, settings, axes, reasons) -> pd.DataFrame:
-    from focus_dagster.evaluation.bootstrap import GroupResamples, resample_indices, resample_weights
+    from focus_dagster.evaluation.bootstrap import Resamples, resample_counts
     from focus_dagster.evaluation.metrics import as_labels
 
     test = predictions[predictions["split"] == "test"].merge(metadata, on="image_id", how="left")
@@ -346,15 +394,15 @@ def _metric_rows(predictions, metadata, coverage, settings, axes, reasons) -> pd
     for key, frame in test.groupby(CONFIG_COLUMNS, dropna=False, sort=True):
         config = {c: (None if pd.isna(v) else v) for c, v in zip(CONFIG_COLUMNS, key)}
         frame = frame.reset_index(drop=True)
-        y, s = frame["label"].to_numpy(dtype=int), frame["score"].to_numpy(dtype=float)
+        y, s = as_labels(frame["label"].to_numpy(dtype=int)), frame["score"].to_numpy(dtype=float)
         threshold = frame["threshold"].iloc[0]
         # The configuration's resamples, shared by every metric of every axis (module docstring).
-        idx = resample_indices(y, settings.n_resamples, configuration_seed(config, settings.seed))
+        counts = resample_counts(y, settings.n_resamples, configuration_seed(config, settings.seed))
+        resamples = Resamples(y, s, counts)
         found = []
         if "performance" in axes:
-            found += configuration_rows(config, y, s, None if pd.isna(threshold) else float(threshold), idx)
+            found += configuration_rows(config, y, s, None if pd.isna(threshold) else float(threshold), resamples)
         if _in_domain(config) and {"fairness", "quality"} & set(axes):
-            resamples = GroupResamples(as_labels(y), s, resample_weights(idx, len(y)))
             found += _group_axes(config, frame, y, coverage, resamples, axes, reasons or {})
         rows += _flag_degenerate(found, y)
     return typed(pd.DataFrame(rows, columns=METRIC_COLUMNS))
@@ -373,25 +421,29 @@ def _flag_degenerate(rows: list, y: np.ndarray) -> list:
 
 
 def _group_axes(config, frame, y, coverage, resamples, axes, reasons) -> list:
-    """The fairness and quality rows of one in-domain configuration (those of the chosen axes)."""
-    rows = []
+    """The fairness and quality rows of one in-domain configuration (those of the chosen axes): the replicates
+    of every group of every attribute at once (`bootstrap.Resamples.attributes`), then the rows in order."""
+    found = []  # a row, or an Attribute whose rows go there
     if "fairness" in axes:
         for attribute, groups in fairness_attributes(frame, coverage, reasons).items():
             if isinstance(groups, str):
-                rows.append(_row(config, "fairness", "attribute", attribute, None, None, None, len(y), int(y.sum()),
-                                 groups))
+                found.append(_row(config, "fairness", "attribute", attribute, None, None, None, len(y),
+                                  int(y.sum()), groups))
             else:
                 details = age_median_details(frame) if attribute == "age_median" else None
-                rows += group_rows(config, "fairness", attribute, frame, groups.reset_index(drop=True),
-                                   resamples, FAIRNESS_MIN_GROUP, details=details)
-    if "quality" not in axes:
-        return rows
-    if coverage.get("quality"):
-        rows += group_rows(config, "quality", "quality", frame, frame["quality"].reset_index(drop=True),
-                           resamples, QUALITY_MIN_GROUP, signed=("adequate", "inadequate"))
-    else:
-        rows.append(_row(config, "quality", "attribute", "quality", None, None, None, len(y), int(y.sum()),
-                         reasons.get("quality", _no_metadata("quality"))))
+                found.append(Attribute("fairness", attribute, groups.reset_index(drop=True), FAIRNESS_MIN_GROUP,
+                                       details=details))
+    if "quality" in axes and coverage.get("quality"):
+        found.append(Attribute("quality", "quality", frame["quality"].reset_index(drop=True), QUALITY_MIN_GROUP,
+                               signed=("adequate", "inadequate")))
+    elif "quality" in axes:
+        found.append(_row(config, "quality", "attribute", "quality", None, None, None, len(y), int(y.sum()),
+                          reasons.get("quality", _no_metadata("quality"))))
+    attributes = [item for item in found if isinstance(item, Attribute)]
+    replicates = iter(resamples.attributes([(a.codes, len(a.usable)) for a in attributes]))  # in that order
+    rows = []
+    for item in found:
+        rows += group_rows(config, item, frame, resamples, next(replicates)) if isinstance(item, Attribute) else [item]
     return rows
 
 

@@ -13,10 +13,14 @@ from assets.partitions import (
     MLLMS,
     SAME_MODEL_AND_DATASET,
     Registered,
+    fan_out,
     model_and_dataset,
 )
 from focus_dagster import lineage
+from focus_dagster.adapter_plan import AdapterKey
 from focus_dagster.evaluation.configurations import (
+    LORA_METHOD,
+    adapted_configurations,
     by_pair,
     cross_dataset_configurations,
     in_domain_configurations,
@@ -102,7 +106,8 @@ def definitions(registered: Registered) -> dg.Definitions:
             partitions_def=encoders,
             description="Embeddings and linear probes of one encoder on one dataset, in one run.",
         ))
-    assets += [_predictions_asset(registered.datasets, registered.specs), _metrics_asset(registered.datasets)]
+    assets += [_predictions_asset(registered.datasets, registered.specs, registered.evaluations()),
+               _metrics_asset(registered.datasets)]
     jobs.append(dg.define_asset_job(
         EVALUATION_JOB, selection=dg.AssetSelection.assets("predictions", "metrics", "group_attributes",
                                                            "fairness_metrics", "quality_metrics"),
@@ -165,7 +170,7 @@ def _probe_asset(partitions: dg.MultiPartitionsDefinition):
 # ------------------------------------------------------------------------------------------- predictions
 
 
-def _predictions_asset(datasets: dg.StaticPartitionsDefinition, specs: dict):
+def _predictions_asset(datasets: dg.StaticPartitionsDefinition, specs: dict, scored: list):
     deps = [dg.AssetDep("harmonised_labels")]
     interfaces = {s.interface for s in specs.values()}
     if interfaces & set(ENCODERS):
@@ -174,6 +179,9 @@ def _predictions_asset(datasets: dg.StaticPartitionsDefinition, specs: dict):
         deps.append(dg.AssetDep("zero_shot_scores", partition_mapping=BY_DATASET))
     if interfaces & set(MLLMS):
         deps.append(dg.AssetDep("token_probabilities", partition_mapping=BY_DATASET))
+    if scored:  # adapted scores `adapter@dataset` feed the dataset's table
+        deps.append(dg.AssetDep("adapted_token_probabilities", partition_mapping=fan_out((e.key, e.dataset)
+                                                                                          for e in scored)))
 
     @dg.asset(
         partitions_def=datasets,
@@ -188,35 +196,39 @@ def _predictions_asset(datasets: dg.StaticPartitionsDefinition, specs: dict):
         dataset = context.partition_key
         labels, labels_stamp = storage.read_stamped_labels(dataset)
         expected = in_domain_configurations(dataset, labels, {model: spec.interface for model, spec in specs.items()})
+        expected += adapted_configurations(dataset, labels, [(e.adapter.model, e.adapter.task, e.adapter.dataset)
+                                                             for e in scored if e.dataset == dataset])
         parts, gaps, sources, rejected, examples = [], [], {}, {}, []
-        for model, spec in specs.items():
-            for method in methods_of(spec.interface):
-                configs = [c for c in expected if (c.model, c.method) == (model, method)]
-                output = _SOURCES[method](storage, model, dataset, labels, labels_stamp)
-                part, missing, checked = _method_predictions(context, model, spec, method, configs, output,
-                                                             _row_lineage(labels_stamp, output.stamp))
-                parts += part
-                gaps += missing
-                sources[model, method] = output.stamp
-                rejected.update(checked.rejected)
-                examples += checked.rejected_examples
+        adapted = [e for e in scored if e.dataset == dataset]
+        for model, method, adapter, spec, read in _sources(specs, adapted):
+            configs = [c for c in expected if _source_key(c.model, c.method, c.train_dataset, c.task)
+                       == (model, method, adapter)]
+            output = read(storage, model, dataset, labels, labels_stamp)
+            part, missing, checked = _method_predictions(context, model, spec, method, configs, output,
+                                                         _row_lineage(labels_stamp, output.stamp))
+            parts += part
+            gaps += missing
+            sources[model, method, adapter] = output.stamp
+            rejected.update(checked.rejected)
+            examples += checked.rejected_examples
         frame = pd.concat(parts, ignore_index=True) if parts else empty_predictions()
         version = frame_version(frame)
         stamps = {key: lineage.stamp("predictions", dataset, context.run_id, version, code_version=code_version(),
                                      inputs={"labels": labels_stamp, "source": source},
-                                     configuration={"model": key[0], "method": key[1]})
+                                     configuration=_configuration(*key))
                   for key, source in sources.items()}
         ids = {key: lineage.stamp_id(value) for key, value in stamps.items()}
         # As text even with no rows: an empty column would be typed as numbers in a table created from it.
-        frame["lineage_id"] = pd.Series([ids[key] for key in zip(frame["model"], frame["method"])],
-                                        index=frame.index, dtype=object)
+        frame["lineage_id"] = pd.Series([ids[_source_key(*key)] for key in zip(
+            frame["model"], frame["method"], frame["train_dataset"], frame["task"])], index=frame.index, dtype=object)
         frame["predictions_version"] = version
         frame["partition"] = dataset
-        gaps = [{**row, "lineage_id": ids[row["model"], row["method"]]} for row in gaps]
+        gaps = [{**row, "lineage_id": ids[_source_key(row["model"], row["method"], row["train_dataset"], row["task"])]}
+                for row in gaps]
         unavailable = unavailable_frame(gaps, predictions_version=version, run_id=context.run_id, partition=dataset)
         partition_stamp = lineage.stamp("predictions", dataset, context.run_id, version, code_version=code_version(),
                                         inputs={"labels": labels_stamp},
-                                        sources={f"{m}/{k}": i for (m, k), i in ids.items()})
+                                        sources={_source_name(*key): i for key, i in ids.items()})
         storage.replace_partitions([(layout.SAMPLES, dataset, frame), (layout.UNAVAILABLE, dataset, unavailable)],
                                    stamp=partition_stamp, stamps=tuple(stamps.values()))
         return dg.MaterializeResult(metadata={
@@ -232,6 +244,34 @@ def _predictions_asset(datasets: dg.StaticPartitionsDefinition, specs: dict):
         })
 
     return predictions
+
+
+def _sources(specs: dict, adapted: list):
+    """(model, method, adapter key, spec, reader) of every model output the predictions of a dataset read: each
+    model's methods (adapter key ""), then each adapter scored on it (one output per adapter)."""
+    for model, spec in specs.items():
+        for method in methods_of(spec.interface):
+            yield model, method, "", spec, _SOURCES[method]
+    for evaluation in adapted:
+        adapter = evaluation.adapter
+        yield (adapter.model, LORA_METHOD, adapter.key, specs[adapter.model],
+               lambda storage, model, dataset, labels, labels_stamp, adapter=adapter:
+               _adapted_source(storage, adapter, dataset, labels, labels_stamp))
+
+
+def _source_key(model: str, method: str, train_dataset, task: str) -> tuple[str, str, str]:
+    """The output a configuration's rows come from: (model, method, adapter key; "" for the methods without an
+    adapter, whose one output covers every task and, for a probe, has the evaluated dataset as train dataset)."""
+    adapter = AdapterKey(model, train_dataset, task).key if method == LORA_METHOD else ""
+    return model, method, adapter
+
+
+def _configuration(model: str, method: str, adapter: str) -> dict:
+    return {"model": model, "method": method, **({"adapter": adapter} if adapter else {})}
+
+
+def _source_name(model: str, method: str, adapter: str) -> str:
+    return f"{model}/{method}" + (f"/{adapter}" if adapter else "")
 
 
 @dataclass
@@ -298,6 +338,24 @@ def _yes_no_source(storage, model, dataset, labels, labels_stamp) -> _Output:
                                                                             "score_reference"]]
     frame = train_youden(with_labels(scores, labels, f"token_probabilities {model}/{dataset}"))
     return _Output(stamp, frame.assign(train_dataset=None))
+
+
+def _adapted_source(storage, adapter, dataset, labels, labels_stamp) -> _Output:
+    """The scores of `adapter` on `dataset` (adapted_token_probabilities), or why there are none: no adapter was
+    trained (the reason recorded by lora_adapters), not materialised, or computed from other labels."""
+    import json
+
+    skipped = storage.artifact_path(layout.ADAPTERS.skipped(adapter.key))
+    if skipped.is_file():
+        return _Output(reason=f"no LoRA adapter {adapter.key}: {json.loads(skipped.read_text())['reason']}")
+    scores, stamp, reason = _stamped_output(storage, "adapted_token_probabilities", layout.ADAPTED_TOKEN_PROBABILITIES,
+                                            adapter.key, dataset, labels_stamp)
+    if reason:
+        return _Output(stamp, reason=reason)
+    scores = scores.rename(columns={"p_yes_reference": "score_reference"})[["image_id", "task", "score",
+                                                                            "score_reference"]]
+    frame = train_youden(with_labels(scores, labels, f"adapted_token_probabilities {adapter.key}@{dataset}"))
+    return _Output(stamp, frame.assign(train_dataset=adapter.dataset))
 
 
 # The reader of each method's model output (the methods of an interface: configurations.METHODS).

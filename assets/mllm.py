@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+from dataclasses import dataclass
 
 import dagster as dg
 import pandas as pd
@@ -156,8 +157,7 @@ def _token_probabilities_asset(partitions: dg.MultiPartitionsDefinition, book: Q
         context: dg.AssetExecutionContext, config: YesNoRunConfig, datasets: DatasetRoots, models: ModelHub,
         storage: FocusStorage,
     ):
-        from focus_dagster.inference.engine import pick_device, run_fingerprint, run_on_images
-        from focus_dagster.inference.yes_no import probabilities_frame, yes_no_scorer
+        from focus_dagster.inference.engine import pick_device
 
         model_id, dataset = model_and_dataset(context)
         labels, labels_stamp = storage.read_stamped_labels(dataset)
@@ -169,27 +169,54 @@ def _token_probabilities_asset(partitions: dg.MultiPartitionsDefinition, book: Q
         except CheckpointError as exc:
             yield dg.AssetCheckResult(check_name="checkpoint_audit", passed=False, metadata={"error": str(exc)})
             raise
-        if mllm.tokens.excluded:
-            context.log.warning(f"{model_id}: answer variants left out (not single tokens): {mllm.tokens.excluded}")
-        per_image = _questions_by_image(asked, tasks)
-        scorer = yes_no_scorer(mllm, [book.question(t, dataset).text for t in tasks], config.answer_tokens, per_image)
-        items = [item for item in image_files(datasets, dataset, labels) if item[0] in per_image]
-        run = run_on_images(
-            scorer, items, mllm.spec.preprocess,
-            work_dir=storage.artifact_path(layout.TOKEN_PROBABILITIES.shards(model_id, dataset)),
-            fingerprint=run_fingerprint(_fingerprint_parts(mllm, asked, config.answer_tokens)),
-            device=device, progress=context.log.info, pass_ids=True,
-        )
-        frame = probabilities_frame(run.image_ids, run.outputs, tasks, asked, mllm.processor.tokenizer)
-        stamp = model_output_stamp("token_probabilities", model_id, dataset, context.run_id, frame, mllm,
-                                   labels=labels_stamp, questions=questions_stamp, answer_tokens=config.answer_tokens)
-        path, sha = storage.write_parquet(layout.TOKEN_PROBABILITIES.file(model_id, dataset), frame, stamp)
-        quarantine = pd.DataFrame(sorted(run.failed.items()), columns=["image_id", "reason"])
-        storage.write_parquet(layout.TOKEN_PROBABILITIES.quarantine(model_id, dataset), quarantine)
-        yield dg.MaterializeResult(metadata=_probability_metadata(mllm, run, frame, dataset, book, path, sha))
+        output = YesNoOutput("token_probabilities", layout.TOKEN_PROBABILITIES, model_id, dataset)
+        yield dg.MaterializeResult(metadata=score_yes_no(
+            context, output, mllm, datasets, storage, book, labels, asked, tasks, device, config.answer_tokens,
+            inputs={"labels": labels_stamp, "questions": questions_stamp}))
         yield checkpoint_audit_result(mllm.report)
 
     return token_probabilities
+
+
+@dataclass(frozen=True)
+class YesNoOutput:
+    """Where one yes/no scoring step writes: its asset, its files, and the key (a model, or an adapter) and
+    dataset that name them."""
+
+    asset: str
+    files: layout.ModelOutputFiles
+    key: str
+    dataset: str
+
+
+def score_yes_no(context, output: YesNoOutput, mllm, datasets: DatasetRoots, storage: FocusStorage,
+                 book: QuestionBook, labels: pd.DataFrame, asked: pd.DataFrame, tasks: list[str], device: str,
+                 answer_tokens: int, inputs: dict, fingerprint: dict | None = None, facts: dict | None = None) -> dict:
+    """Score every image of `labels` with `mllm` on `tasks` (the batched first-token path), write the
+    probabilities with their lineage (`inputs`: the stamps read; `facts`: what else identifies the scores) and
+    the unreadable images beside them; returns the materialisation metadata."""
+    from focus_dagster.inference.engine import run_fingerprint, run_on_images
+    from focus_dagster.inference.yes_no import probabilities_frame, yes_no_scorer
+
+    if mllm.tokens.excluded:
+        context.log.warning(f"{output.key}: answer variants left out (not single tokens): {mllm.tokens.excluded}")
+    per_image = _questions_by_image(asked, tasks)
+    scorer = yes_no_scorer(mllm, [book.question(t, output.dataset).text for t in tasks], answer_tokens, per_image)
+    items = [item for item in image_files(datasets, output.dataset, labels) if item[0] in per_image]
+    run = run_on_images(
+        scorer, items, mllm.spec.preprocess,
+        work_dir=storage.artifact_path(output.files.shards(output.key, output.dataset)),
+        fingerprint=run_fingerprint({**_fingerprint_parts(mllm, asked.loc[asked["task"].isin(tasks)], answer_tokens),
+                                     **(fingerprint or {})}),
+        device=device, progress=context.log.info, pass_ids=True,
+    )
+    frame = probabilities_frame(run.image_ids, run.outputs, tasks, asked, mllm.processor.tokenizer)
+    stamp = model_output_stamp(output.asset, output.key, output.dataset, context.run_id, frame, mllm, **inputs,
+                               answer_tokens=answer_tokens, **(facts or {}))
+    path, sha = storage.write_parquet(output.files.file(output.key, output.dataset), frame, stamp)
+    quarantine = pd.DataFrame(sorted(run.failed.items()), columns=["image_id", "reason"])
+    storage.write_parquet(output.files.quarantine(output.key, output.dataset), quarantine)
+    return _probability_metadata(mllm, run, frame, output.dataset, book, path, sha)
 
 
 def _checked_tasks(asked: pd.DataFrame, dataset: str, book: QuestionBook) -> list[str]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from focus_dagster.config import FocusConfig
+from focus_dagster.adapter_plan import LoraPlan, evaluations
 from focus_dagster.questions import QuestionBook, question_book
 from resources import ModelHub, layout
 
@@ -30,6 +31,7 @@ class Registered:
     datasets: dg.StaticPartitionsDefinition
     specs: dict
     questions: QuestionBook
+    lora: LoraPlan = LoraPlan()
 
     @classmethod
     def from_config(cls, config: FocusConfig) -> Registered:
@@ -37,6 +39,7 @@ class Registered:
             datasets=dg.StaticPartitionsDefinition(config.dataset_keys),
             specs=ModelHub.from_config(config).specs(),
             questions=question_book(config.questions, str(config.source or "focus.yaml")),
+            lora=config.lora,
         )
 
     @property
@@ -47,12 +50,28 @@ class Registered:
         """The selected models with one of these interfaces, in the order focus.yaml gives."""
         return [model for model, spec in self.specs.items() if spec.interface in interfaces]
 
+    def adapters(self) -> list:
+        """The LoRA adapters focus.yaml asks for (`lora:`; focus_dagster/adapter_plan.py), as AdapterKeys."""
+        return self.lora.adapters(self.models(MLLMS), self.dataset_keys)
+
+    def evaluations(self) -> list:
+        """Every adapter on every registered dataset that defines its task (focus_dagster/adapter_plan.py)."""
+        return evaluations(self.adapters(), self.dataset_keys)
+
     def model_partitions(self, interfaces: tuple[str, ...]) -> dg.MultiPartitionsDefinition:
         """model x dataset over the selected models with one of these interfaces."""
         return dg.MultiPartitionsDefinition({
             layout.DATASET: self.datasets,
             layout.MODEL: dg.StaticPartitionsDefinition(self.models(interfaces)),
         })
+
+
+def fan_out(pairs) -> dg.StaticPartitionMapping:
+    """Each upstream partition key to every downstream key paired with it (`pairs`: (upstream, downstream))."""
+    keys: dict[str, set[str]] = {}
+    for upstream, downstream in pairs:
+        keys.setdefault(upstream, set()).add(downstream)
+    return dg.StaticPartitionMapping(keys)
 
 
 def model_and_dataset(context) -> tuple[str, str]:

@@ -14,6 +14,7 @@ FOCUS_CONFIG) maps dataset keys to the local roots of real copies:
     questions: {version: site-1, tasks: {gon: "..."}}   # yes/no questions for multimodal LLMs (optional)
     image_check: header                 # none | header | full
     executor: in_process                # in_process (default) | multiprocess: how a run executes its steps
+    lora: {train_datasets: [brset], settings: {learning_rate: 2.0e-5}}   # LoRA adapters (focus_dagster/adapter_plan.py)
 
 Only the datasets listed are registered (they become the dataset partitions). Relative paths are
 relative to the focus.yaml file.
@@ -31,12 +32,14 @@ from typing import Any, Iterator, Mapping
 from focus_dagster.datasets.images import DEFAULT_IMAGE_CHECK, IMAGE_CHECKS
 from focus_dagster.datasets.registry import DATASET_KEYS
 from focus_dagster.errors import ConfigError
+from focus_dagster.adapter_plan import LoraPlan, lora_plan
 
 SYNTHETIC = "synthetic"
 DEFAULT_HOME = ".focus"
 DEFAULT_OBSERVE_CRON = "0 3 * * *"
 DEFAULT_REFRESH_SECONDS = 60  # how often the automation sensor evaluates the graph
-_TOP_LEVEL_KEYS = {"datasets", "synthetic", "release", "splits", "image_check", "models", "questions", "executor"}
+_TOP_LEVEL_KEYS = {"datasets", "synthetic", "release", "splits", "image_check", "models", "questions", "executor",
+                   "lora"}
 # in_process: every step of a run in the run's own process (fast small steps); multiprocess: one process per
 # step (steps of a run in parallel, each paying its own imports).
 EXECUTORS = ("in_process", "multiprocess")
@@ -68,6 +71,7 @@ class FocusConfig:
     split_seed: int = 0
     models: tuple | None = None  # model entries of focus.yaml (ids or mappings); None = the default models
     questions: Mapping | None = None  # yes/no questions replacing the registry's (see focus_dagster/questions.py)
+    lora: LoraPlan = field(default_factory=LoraPlan)  # which LoRA adapters, trained how
     source: Path | None = None  # the focus.yaml it came from, if any
 
     @property
@@ -124,6 +128,8 @@ class FocusConfig:
             document["models"] = list(self.models)
         if self.questions is not None:
             document["questions"] = dict(self.questions)
+        if self.lora != LoraPlan():
+            document["lora"] = self.lora.to_document()
         return document
 
 
@@ -177,6 +183,7 @@ def parse_config(raw: Any, home: Path, source: Path | None = None) -> FocusConfi
         split_seed=int(splits.get("seed", 0)),
         models=_parse_models(raw.get("models"), where),
         questions=_parse_questions(raw.get("questions"), where),
+        lora=lora_plan(raw.get("lora"), where, list(roots)),
         source=source,
     )
 

@@ -112,11 +112,36 @@ PROBE_SCORES = ModelOutputFiles("probe_predictions")
 # Beside the probe scores: the tasks a probe step could not fit and why (task, reason), for the predictions step.
 PROBE_SKIPPED = ModelOutputFiles("probe_predictions", ".skipped.parquet")
 
+
+
+@dataclass(frozen=True)
+class AdapterFiles:
+    """The files of one LoRA adapter (partition key `model.dataset.task`): the adapter folder (peft weights and
+    config, manifest.json), its resumable training work beside it, and the record of why none was trained."""
+
+    folder: str = "adapters"
+
+    def adapter(self, adapter_key: str) -> str:
+        return f"{self.folder}/{adapter_key}"
+
+    def work(self, adapter_key: str) -> str:
+        return f"{self.folder}/{adapter_key}.work"
+
+    def skipped(self, adapter_key: str) -> str:
+        return f"{self.folder}/{adapter_key}.skipped.json"
+
+
+ADAPTERS = AdapterFiles()
+# Scores of an adapted model on one dataset: `adapted_token_probabilities/<adapter>/<dataset>.parquet`.
+ADAPTED_TOKEN_PROBABILITIES = ModelOutputFiles("adapted_token_probabilities")
+
 LEADERBOARD_REPORT = "reports/leaderboard.md"
 ARTIFACTS = (
     labels_file("<dataset>"), questions_file("<dataset>"),
     *(files.file("<model>", "<dataset>")
       for files in (EMBEDDINGS, TOKEN_PROBABILITIES, PROBES, PROBE_SCORES, PROBE_SKIPPED)),
+    ADAPTERS.adapter("<model>.<dataset>.<task>"), ADAPTERS.skipped("<model>.<dataset>.<task>"),
+    ADAPTED_TOKEN_PROBABILITIES.file("<model>.<dataset>.<task>", "<dataset>"),
     LEADERBOARD_REPORT,
 )
 

@@ -14,6 +14,7 @@ from assets.evaluation import EVALUATION_JOB, PROBES_JOB, SUMMARY_JOB
 from assets.labels import DATA_LAYER_JOB
 from assets.mllm import TOKEN_PROBABILITIES_JOB
 from assets.models import EMBEDDINGS_JOB, ZERO_SHOT_JOB
+from focus_dagster.adapter_plan import LoraPlan
 from focus_dagster.config import FocusConfig
 from focus_dagster.definitions import build_definitions
 from tests.conftest import copy_tree
@@ -67,7 +68,7 @@ def world(synth_all, tmp_path_factory):
     out, _ = synth_all
     tmp = tmp_path_factory.mktemp("evaluation")
     config = FocusConfig(home=tmp / "home", roots={d: copy_tree(out / d, tmp / d) for d in DATASETS},
-                         models=tuple(SELECTION))
+                         models=tuple(SELECTION), lora=LoraPlan(models=()))  # adapters: tests/test_lora_assets.py
     without_referable_dr_in_train(config.root_of("idrid"))
     defs = build_definitions(config)
     config.dagster_home.mkdir(parents=True)  # a persistent instance, as `focus demo` uses, for `focus trace`
@@ -259,7 +260,7 @@ def test_a_blocked_upstream_gives_no_rows_and_a_reason(synth_all, tmp_path):
     out, _ = synth_all
     leaky = {"version": "leaky-1", "datasets": {"brset": {"gon": "macular_edema {macular_edema}: glaucoma?"}}}
     config = FocusConfig(home=tmp_path / "home", roots={"brset": copy_tree(out / "brset", tmp_path / "brset")},
-                         models=("tiny_llava",), questions=leaky)
+                         models=("tiny_llava",), questions=leaky, lora=LoraPlan(models=()))
     defs = build_definitions(config)
     instance = dg.DagsterInstance.ephemeral()
     defs.resolve_job_def(DATA_LAYER_JOB).execute_in_process(partition_key="brset", instance=instance,

@@ -8,7 +8,9 @@ configurations must exist:
 - in-domain: every model, every method of its interface (vm: linear_probe; vlm: linear_probe and
   zero_shot; mllm: yes_no), every task the dataset defines; a probe's train dataset is the dataset itself;
 - cross-dataset: every encoder, every ordered pair of datasets (train A, evaluated B, A != B), every task
-  both define.
+  both define;
+- adapted (`yes_no_lora`): every LoRA adapter of a multimodal LLM on every dataset that defines its task, the
+  adapter's training dataset as train dataset (in-domain when it is the evaluated dataset).
 
 Each expected configuration ends with test-split predictions or with a row of the unavailable table giving
 the reason (upstream not materialised or blocked, probe not fit because the training split lacks a class,
@@ -27,6 +29,8 @@ from focus_dagster.evaluation.probes import PROBE_METHOD
 from focus_dagster.labels import defined_tasks
 
 METHODS = {"vm": (PROBE_METHOD,), "vlm": (PROBE_METHOD, "zero_shot"), "mllm": ("yes_no",)}
+# A multimodal LLM with a LoRA adapter: yes/no scoring by the adapted model; its train_dataset is the adapter's.
+LORA_METHOD = "yes_no_lora"
 UNAVAILABLE_COLUMNS = ["dataset", "model", "method", "task", "train_dataset", "reason"]
 
 
@@ -53,6 +57,14 @@ def in_domain_configurations(dataset: str, labels: pd.DataFrame, interfaces: dic
     tasks = defined_tasks(labels)
     return [Configuration(model, dataset, task, method, dataset if method == PROBE_METHOD else None)
             for model, interface in interfaces.items() for method in methods_of(interface) for task in tasks]
+
+
+def adapted_configurations(dataset: str, labels: pd.DataFrame, adapters: list[tuple[str, str, str]]
+                           ) -> list[Configuration]:
+    """The `yes_no_lora` configurations of one dataset: each adapter (model, task, training dataset) scored on it,
+    for the tasks its labels define."""
+    tasks = defined_tasks(labels)
+    return [Configuration(model, dataset, task, LORA_METHOD, train) for model, task, train in adapters if task in tasks]
 
 
 def cross_dataset_configurations(encoders: list[str], labels: dict[str, pd.DataFrame]) -> list[Configuration]:

@@ -1,0 +1,141 @@
+"""lora_adapters materialised in-process: the built-in tiny LLaVA fine-tuned on the BRSET look-alike."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from assets.labels import DATA_LAYER_JOB
+from assets.lora import LORA_ADAPTERS_JOB
+from focus_dagster.config import FocusConfig
+from focus_dagster.definitions import build_definitions
+from focus_dagster.adapter_plan import LoraPlan
+from tests.conftest import copy_tree
+
+# Two optimizer steps of two micro-batches of two: enough to see every part of training, cheap on a CPU.
+SMALL = {"max_steps": 2, "micro_batch": 2, "accumulation": 2, "learning_rate": 1e-3}
+
+
+def make_world(synth_all, tmp, settings=SMALL, glaucoma_everywhere=False):
+    out, _ = synth_all
+    root = copy_tree(out / "brset", tmp / "brset")
+    if glaucoma_everywhere:  # a release where every image has an increased cup-to-disc ratio: gon has one class
+        labels = pd.read_csv(root / "labels.csv", dtype=str, keep_default_na=False)
+        labels.assign(increased_cup_disc="1").to_csv(root / "labels.csv", index=False)
+    config = FocusConfig(home=tmp / "home", roots={"brset": root},
+                         models=("tiny_llava",), lora=LoraPlan(tasks=("any_dr", "gon"), settings=settings))
+    defs = build_definitions(config)
+    instance = dg.DagsterInstance.ephemeral()
+    assert defs.resolve_job_def(DATA_LAYER_JOB).execute_in_process(partition_key="brset", instance=instance).success
+    return config, defs, instance
+
+
+def train(defs, instance, key: str, raise_on_error=True):
+    return defs.resolve_job_def(LORA_ADAPTERS_JOB).execute_in_process(partition_key=key, instance=instance,
+                                                                      raise_on_error=raise_on_error)
+
+
+def materialization(result) -> dict:
+    [event] = [e for e in result.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
+    return {k: v.value for k, v in event.event_specific_data.materialization.metadata.items()}
+
+
+def folder_sha256(folder) -> str:
+    """sha256 over a folder's files, sorted by relative name, each name + NUL then its bytes (written here from
+    that definition, independently of the platform's helper)."""
+    digest = hashlib.sha256()
+    for item in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(item.relative_to(folder).as_posix().encode() + b"\0" + item.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def world(synth_all, tmp_path_factory):
+    return make_world(synth_all, tmp_path_factory.mktemp("lora"))
+
+
+def test_an_adapter_is_trained_on_the_training_split_and_described_by_its_manifest(world):
+    config, defs, instance = world
+    assert defs.resolve_assets_def("lora_adapters").partitions_def.get_partition_keys() == [
+        "tiny_llava.brset.any_dr", "tiny_llava.brset.gon"]
+    meta = materialization(train(defs, instance, "tiny_llava.brset.any_dr"))
+    folder = config.artifacts / "adapters" / "tiny_llava.brset.any_dr"
+    assert {p.name for p in folder.iterdir()} >= {"adapter_model.safetensors", "adapter_config.json", "manifest.json"}
+    assert meta["sha256"] == hashlib.sha256((folder / "adapter_model.safetensors").read_bytes()).hexdigest()
+    manifest = json.loads((folder / "manifest.json").read_text())
+    labels = pd.read_parquet(config.artifacts / "labels" / "brset.parquet")
+    train_rows = labels[(labels["split"] == "train") & labels["any_dr"].notna()]
+    assert (manifest["examples"], manifest["positives"]) == (len(train_rows), int(train_rows["any_dr"].sum()))
+    assert manifest["base_weights_sha256"] == folder_sha256(config.model_cache / "tiny_llava")
+    assert manifest["questions_version"] == "focus-yes-no-1" and manifest["task"] == "any_dr"
+    assert manifest["settings"]["r"] == 8 and manifest["settings"]["alpha"] == 16
+    assert manifest["settings"]["learning_rate"] == 1e-3 and manifest["seed"] == 0
+    assert manifest["steps"] == meta["steps"] == 2 and len(manifest["losses"]) == 2
+    # The lineage is what the step read: the labels' stamp travels from the labels file into the manifest.
+    import pyarrow.parquet as pq
+
+    labels_stamp = json.loads(pq.read_schema(config.artifacts / "labels" / "brset.parquet").metadata[b"focus.lineage"])
+    assert manifest["lineage"]["inputs"]["labels"]["version"] == labels_stamp["version"]
+    assert manifest["labels_version"] == labels_stamp["version"]
+    assert not (config.artifacts / "adapters" / "tiny_llava.brset.any_dr.skipped.json").exists()
+
+
+def test_one_class_in_the_training_split_gives_no_adapter_and_the_reason(synth_all, tmp_path):
+    config, defs, instance = make_world(synth_all, tmp_path, glaucoma_everywhere=True)
+    result = train(defs, instance, "tiny_llava.brset.gon")
+    meta = materialization(result)
+    record = json.loads((config.artifacts / "adapters" / "tiny_llava.brset.gon.skipped.json").read_text())
+    labels = pd.read_parquet(config.artifacts / "labels" / "brset.parquet")
+    n_train = int(((labels["split"] == "train") & labels["gon"].notna()).sum())
+    assert record["reason"] == meta["reason"] == (
+        f"the training split has {n_train} positive and 0 negative images for this task: "
+        "a yes/no adapter needs both answers")
+    assert meta["adapter"] == "none" and not (config.artifacts / "adapters" / "tiny_llava.brset.gon").exists()
+
+
+def test_adapted_scores_join_the_predictions_as_their_own_method(world):
+    from assets.evaluation import EVALUATION_JOB
+    from assets.lora import ADAPTED_SCORES_JOB
+
+    config, defs, instance = world
+    if not (config.artifacts / "adapters" / "tiny_llava.brset.any_dr" / "manifest.json").exists():
+        train(defs, instance, "tiny_llava.brset.any_dr")
+    scored = defs.resolve_job_def(ADAPTED_SCORES_JOB).execute_in_process(
+        partition_key="tiny_llava.brset.any_dr@brset", instance=instance)
+    meta = materialization(scored)
+    adapter = config.artifacts / "adapters" / "tiny_llava.brset.any_dr"
+    assert meta["adapter_sha256"] == hashlib.sha256((adapter / "adapter_model.safetensors").read_bytes()).hexdigest()
+    assert meta["in_domain"] is True and meta["training_dataset"] == "brset"
+    frame = pd.read_parquet(config.artifacts / "adapted_token_probabilities" / "tiny_llava.brset.any_dr" /
+                            "brset.parquet")
+    labels = pd.read_parquet(config.artifacts / "labels" / "brset.parquet")
+    assert set(frame["task"]) == {"any_dr"} and len(frame) == len(labels)  # every image, the adapter's task only
+    pd.testing.assert_series_equal(frame["score"], frame["p_yes"] / (frame["p_yes"] + frame["p_no"]),
+                                   check_names=False)
+
+    assert defs.resolve_job_def(EVALUATION_JOB).execute_in_process(
+        partition_key="brset", instance=instance, run_config={"ops": {op: {"config": {"n_resamples": 50}} for op in
+                                                                       ("metrics", "fairness_metrics",
+                                                                        "quality_metrics")}}).success
+    import duckdb
+
+    with duckdb.connect(str(config.database), read_only=True) as con:
+        samples = con.execute("SELECT * FROM predictions.samples WHERE method = 'yes_no_lora'").df()
+        unavailable = con.execute("SELECT * FROM predictions.unavailable WHERE method = 'yes_no_lora'").df()
+        metrics = con.execute("SELECT * FROM metrics.values WHERE method = 'yes_no_lora' AND metric = 'auroc' "
+                              "AND axis = 'performance'").df()
+    test_labels = labels[(labels["split"] == "test") & labels["any_dr"].notna()]
+    assert set(samples["train_dataset"]) == {"brset"} and set(samples["task"]) == {"any_dr"}
+    assert len(samples[samples["split"] == "test"]) == len(test_labels)
+    merged = samples.merge(frame, on=["image_id", "task"])
+    assert (merged["score_x"] == merged["score_y"]).all()  # the adapted scores, as written
+    # The gon adapter was never trained here: its configuration is unavailable, with the reason.
+    [row] = unavailable.to_dict("records")
+    assert (row["task"], row["train_dataset"]) == ("gon", "brset") and "tiny_llava.brset.gon" in row["reason"]
+    reasons = dict(zip(metrics["task"], metrics["reason"]))
+    assert set(reasons) == {"any_dr", "gon"} and "tiny_llava.brset.gon" in reasons["gon"]
+    assert "not materialised" not in str(reasons["any_dr"]), reasons  # computed (this tiny test split: 13 images)

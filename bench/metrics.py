@@ -39,7 +39,6 @@ the point estimates (must be <= 1e-9) and on the interval bounds.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -48,6 +47,8 @@ from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
+
+from figures import save
 
 SUITE = ("auroc", "auprc", "accuracy", "sensitivity", "specificity", "f1", "ece", "ece_15", "ece_top_label", "brier")
 THRESHOLD = 0.5
@@ -265,9 +266,7 @@ def main_axes(args) -> dict:
     print(f"  max |now - {args.reference}|: value {differences['value']:.2e} (<= 1e-12), "
           f"ci_low {differences['ci_low']:.2e}, ci_high {differences['ci_high']:.2e} (<= 1e-9); {len(new)} rows, "
           f"the intervals of the {int(signed.sum())} signed-difference rows not compared (BCa now)")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    save(args.json, figures)
     return figures
 
 
@@ -340,9 +339,7 @@ def main(argv=None) -> dict:
           f"(linearly, from the {len(head)} configurations above)")
     print(f"  max |vectorised - loop|: point estimates {point_diff:.2e} (must be <= 1e-9), "
           f"interval bounds {bound_diff:.2e}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    save(args.json, figures)
     return figures
 
 

@@ -20,12 +20,13 @@ tolerance). Images are synthetic fundus photographs, decoded once beforehand for
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from figures import save
 
 TASKS = ("any_dr", "referable_dr", "gon")
 
@@ -130,9 +131,7 @@ def main(argv=None) -> dict:
     print(f"  speedup                 {figures['speedup']:>9.1f}x (target >= 10x); "
           f"{figures['speedup_vs_2_token_answers']:.1f}x against the best case")
     print(f"  max |p_yes batched - p_yes reference|: summed {diff_sum:.2e}, max-over-variants {diff_max:.2e}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    save(args.json, figures)
     return figures
 
 

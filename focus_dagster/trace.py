@@ -6,6 +6,8 @@ behind a metric row is in the data, not in the instance's event log:
     metric row            -> the predictions it was computed from (lineage_id: table lineage.stamps)
     predictions           -> the model output and the labels the step read
     model output          -> embeddings / questions, labels, and the model weights (id, revision, snapshot, hash)
+    adapted scores        -> the LoRA adapter (its manifest's stamp: training labels and questions), questions,
+                             labels, and the base model's weights
     harmonised_labels     -> the records (and the label rule, the split)
     dataset_records       -> the release fingerprint the records were read from, and its root
 
@@ -86,6 +88,8 @@ class _State:
         """The stamp of what `asset`/`partition` holds now (None when it has none)."""
         if asset == "dataset_release":
             return self._json(layout.release_file(partition))
+        if asset == "lora_adapters":  # an adapter's stamp is in its manifest
+            return (self._json(f"{layout.ADAPTERS.adapter(partition)}/manifest.json") or {}).get("lineage")
         artifact = _artifact_of(asset, partition)
         if artifact is not None:
             return self._parquet_stamp(artifact)
@@ -116,7 +120,8 @@ def _artifact_of(asset: str, partition: str) -> str | None:
     if asset == "yes_no_questions":
         return layout.questions_file(partition)
     files = {"image_embeddings": layout.EMBEDDINGS, "probe_predictions": layout.PROBE_SCORES,
-             "token_probabilities": layout.TOKEN_PROBABILITIES}.get(asset)
+             "token_probabilities": layout.TOKEN_PROBABILITIES,
+             "adapted_token_probabilities": layout.ADAPTED_TOKEN_PROBABILITIES}.get(asset)
     return files.file(*partition.split("|", 1)) if files else None
 
 
@@ -235,7 +240,7 @@ def _metric_asset(partition: str) -> str:
 def _kind(asset: str) -> str:
     return {"predictions": "predictions", "cross_dataset_metrics": "predictions", "harmonised_labels": "labels",
             "dataset_records": "records", "dataset_release": "dataset release",
-            "yes_no_questions": "questions"}.get(asset, "model output")
+            "yes_no_questions": "questions", "lora_adapters": "adapter"}.get(asset, "model output")
 
 
 def _shown_facts(stamp: dict) -> dict:

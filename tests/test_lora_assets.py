@@ -139,3 +139,15 @@ def test_adapted_scores_join_the_predictions_as_their_own_method(world):
     reasons = dict(zip(metrics["task"], metrics["reason"]))
     assert set(reasons) == {"any_dr", "gon"} and "tiny_llava.brset.gon" in reasons["gon"]
     assert "not materialised" not in str(reasons["any_dr"]), reasons  # computed (this tiny test split: 13 images)
+    # focus trace: the adapted number stands on the adapted scores, the adapter (its training labels and
+    # questions) and the base weights, all current.
+    from focus_dagster.trace import trace
+
+    [adapted_id] = metrics.loc[metrics["task"] == "any_dr", "metric_id"]
+    chain = trace(adapted_id, config)
+    links = {link["id"]: link for link in chain["links"]}
+    assert {"adapted_token_probabilities[tiny_llava.brset.any_dr|brset]", "lora_adapters[tiny_llava.brset.any_dr]",
+            "weights[tiny_llava]", "harmonised_labels[brset]", "yes_no_questions[brset]"} <= set(links), sorted(links)
+    adapter_link = links["lora_adapters[tiny_llava.brset.any_dr]"]
+    assert adapter_link["link"] == "adapter" and "weights[tiny_llava]" in adapter_link["inputs"]
+    assert not chain["stale"], [(k, v["changed"]) for k, v in links.items() if v["changed"]]

@@ -16,6 +16,7 @@ from focus_dagster.version import code_version
 from resources import DatasetRoots, FocusStorage, ModelHub, layout
 
 LORA_ADAPTERS_JOB = "focus_lora_adapters"
+LORA_EFFECTS_JOB = "focus_lora_effects"
 ADAPTED_SCORES_JOB = "focus_adapted_token_probabilities"
 
 LORA_ADAPTERS_DESCRIPTION = (
@@ -47,10 +48,13 @@ def definitions(registered: Registered) -> dg.Definitions:
         dg.define_asset_job(ADAPTED_SCORES_JOB, selection=dg.AssetSelection.assets("adapted_token_probabilities"),
                             partitions_def=scored_partitions,
                             description="Score every adapter on every dataset that defines its task."),
+        dg.define_asset_job(LORA_EFFECTS_JOB, selection=dg.AssetSelection.assets("lora_effects"),
+                            description="Compare every adapted configuration with its base model."),
     ]
     return dg.Definitions(assets=[
         _adapters_asset(partitions, fan_out((a.dataset, a.key) for a in adapters), registered),
         _adapted_asset(scored_partitions, scored, registered),
+        _effects_asset(registered.dataset_keys),
     ], jobs=jobs)
 
 
@@ -227,3 +231,69 @@ def weights_sha256(folder) -> str:
     from focus_dagster.files import file_sha256
 
     return file_sha256(folder / "adapter_model.safetensors")
+
+
+EFFECTS_DESCRIPTION = (
+    "What the LoRA adapters change: every adapted configuration (yes_no_lora) against its base model's yes/no "
+    "scores on the same test images, by a paired bootstrap (the same resamples for both): deltas of AUROC, accuracy "
+    "at 0.5 and at the Youden threshold, ECE and Brier, each with a 95% interval and a two-sided p-value, "
+    "Benjamini-Hochberg q-values per metric within in-domain and within out-of-domain (DuckDB `"
+    + str(layout.LORA_EFFECTS) + "`), and the mean delta per metric, in-domain vs out-of-domain, per model and "
+    "overall, with sign-flip p and q (`" + str(layout.LORA_SUMMARY) + "`). A configuration without adapted or base "
+    "scores is a row with the reason. Every row has a metric_id that `focus trace` follows to the adapter, its "
+    "training data and both score sets."
+)
+
+
+def _effects_asset(datasets: list[str]):
+    from assets.evaluation import EVALUATION_GROUP, MetricsConfig
+
+    @dg.asset(
+        deps=["predictions"],
+        group_name=EVALUATION_GROUP,
+        pool="duckdb",
+        kinds={"duckdb"},
+        automation_condition=GATED_EAGER,
+        description=EFFECTS_DESCRIPTION,
+    )
+    def lora_effects(context: dg.AssetExecutionContext, config: MetricsConfig, storage: FocusStorage):
+        import pandas as pd
+
+        from focus_dagster.evaluation.adapter_effects import effect_rows
+
+        samples, unavailable, read = [], [], {}
+        for dataset in datasets:
+            (rows, missing), stamp = storage.read_stamped([(layout.SAMPLES, dataset), (layout.UNAVAILABLE, dataset)],
+                                                          "predictions", dataset)
+            samples.append(rows)
+            unavailable.append(missing)
+            read[f"predictions[{dataset}]"] = stamp
+        table, summary = effect_rows(pd.concat(samples, ignore_index=True), pd.concat(unavailable, ignore_index=True),
+                                     config.n_resamples, config.seed)
+        stamp = lineage.stamp("lora_effects", None, context.run_id, lineage.frame_version(table),
+                              code_version=code_version(), inputs=read)
+        storage.replace_partitions([(layout.LORA_EFFECTS, None, table.assign(run_id=context.run_id)),
+                                    (layout.LORA_SUMMARY, None, summary.assign(run_id=context.run_id))], stamp=stamp)
+        defined = table["delta"].notna()
+        return dg.MaterializeResult(metadata={
+            "dagster/row_count": len(table), "defined_rows": int(defined.sum()),
+            "comparisons": int(table.loc[defined].groupby(["model", "dataset", "task", "train_dataset"]).ngroups),
+            "summary": dg.MetadataValue.md(_summary_markdown(summary)),
+        })
+
+    return lora_effects
+
+
+def _summary_markdown(summary) -> str:
+    """The overall means as a Markdown table (what the reference reports: in-domain vs out-of-domain)."""
+    overall = summary[summary["model"] == "all"]
+    if overall.empty:
+        return "no comparison yet: no adapted configuration has both adapted and base scores"
+    lines = ["| domain | metric | n | mean delta | p | q |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r.domain} | {r.metric} | {r.n} | {_number(r.mean_delta, '+.4f')} | {_number(r.p_value, '.3g')} | "
+              f"{_number(r.q_value, '.3g')} |" for r in overall.itertuples()]
+    return "\n".join(lines)
+
+
+def _number(value, spec: str) -> str:
+    return "–" if value is None or value != value else format(value, spec)

@@ -68,15 +68,25 @@ class _State:
         self.con, self.artifacts = con, artifacts
 
     def metric_row(self, metric_id: str) -> dict:
+        """The row of `metric_id` in the metric table, or in the LoRA effects (then with `partition` set to
+        that table's name and the lineage of both score sets in `lineage_ids`)."""
         if not self._has(layout.METRICS):
             raise TraceError(f"no metric table yet in {self.con}: materialise `metrics`.")
-        found = self.con.execute(f"SELECT * FROM {layout.METRICS} WHERE metric_id = ?", [metric_id])
+        row = self._row(layout.METRICS, metric_id)
+        if row is not None:
+            return {**row, "lineage_ids": [row.get("lineage_id")]}
+        effect = self._row(layout.LORA_EFFECTS, metric_id) if self._has(layout.LORA_EFFECTS) else None
+        if effect is None:
+            raise TraceError(f"metric id {metric_id!r} is not in {layout.METRICS} nor {layout.LORA_EFFECTS}; ids are "
+                             "shown in the leaderboard and in every metric row.")
+        return {**effect, "partition": LORA_EFFECTS_PARTITION, "value": effect["delta"],
+                "lineage_ids": [effect.get("adapted_lineage_id"), effect.get("base_lineage_id")]}
+
+    def _row(self, table, metric_id: str) -> dict | None:
+        found = self.con.execute(f"SELECT * FROM {table} WHERE metric_id = ?", [metric_id])
         names = [d[0] for d in found.description]
         rows = found.fetchall()
-        if not rows:
-            raise TraceError(f"metric id {metric_id!r} is not in {layout.METRICS}; ids are shown in the leaderboard "
-                             "and in every metric row.")
-        return {name: (None if _missing(value) else value) for name, value in zip(names, rows[0])}
+        return {name: (None if _missing(value) else value) for name, value in zip(names, rows[0])} if rows else None
 
     def stamp(self, stamp_id: str | None) -> dict | None:
         if not stamp_id or not self._has(layout.STAMPS):
@@ -131,27 +141,27 @@ class _Walk:
     def __init__(self, state: _State):
         self.state = state
         self.links: dict[str, dict] = {}
+        self.stamps: dict[str, str] = {}  # link id -> the id of the stamp it shows
 
     def chain(self, row: dict) -> dict:
-        recorded = self.state.stamp(row.get("lineage_id"))
         asset = _metric_asset(row["partition"])
         metric = {"id": f"metric:{row['metric_id']}", "link": "metric", "asset": asset, "partition": row["partition"],
                   "version": None, "run": _run(row.get("run_id")),
                   "recorded": {k: row.get(k) for k in ("model", "dataset", "task", "method", "train_dataset", "axis",
                                                        "metric", "group", "value", "ci_low", "ci_high", "n", "n_pos",
                                                        "reason", "predictions_version", "weights_sha256",
-                                                       "model_revision", "model_snapshot", "code_version")},
+                                                       "model_revision", "model_snapshot", "code_version")}
+                  | {k: row[k] for k in ("domain", "delta", "p_value", "q_value") if k in row},
                   "inputs": [], "changed": [], "stale": False}
         self.links[metric["id"]] = metric
-        if recorded is None:
-            metric["changed"].append("this row was written without a lineage stamp (by an earlier version): "
-                                     f"rematerialise {asset} to record what it stands on")
-            metric["stale"] = True
-        else:
-            metric["inputs"] = [self._visit(recorded)]
-            now = self.state.current(recorded["asset"], recorded["partition"])
-            self._compare(metric, recorded, now)
-            metric["stale"] = bool(metric["changed"]) or self.links[metric["inputs"][0]]["stale"]
+        for recorded in [self.state.stamp(stamp_id) for stamp_id in row["lineage_ids"]]:
+            if recorded is None:
+                metric["changed"].append("this row was written without a lineage stamp (by an earlier version): "
+                                         f"rematerialise {asset} to record what it stands on")
+                continue
+            metric["inputs"].append(self._visit(recorded))
+            self._compare(metric, recorded, self.state.current(recorded["asset"], recorded["partition"]))
+        metric["stale"] = bool(metric["changed"]) or any(self.links[i]["stale"] for i in metric["inputs"])
         return {"links": list(self.links.values())}
 
     def _visit(self, stamp: dict) -> str:
@@ -178,11 +188,14 @@ class _Walk:
         return link_id
 
     def _id(self, stamp: dict) -> str:
+        """`asset[partition]`, numbered (#2, ...) when another stamp of it is in the chain: another version, or
+        the same version read for another configuration (a predictions stamp names the model output it read)."""
         base = f"{stamp['asset']}[{stamp['partition']}]"
-        link_id, n = base, 1
-        while link_id in self.links and self.links[link_id]["version"] != stamp.get("version"):
+        link_id, n, identity = base, 1, lineage.stamp_id(stamp)
+        while link_id in self.links and self.stamps.get(link_id, identity) != identity:
             n += 1
             link_id = f"{base}#{n}"
+        self.stamps.setdefault(link_id, identity)
         return link_id
 
     def _compare(self, link: dict, read: dict, now: dict | None) -> None:
@@ -230,10 +243,16 @@ def _weights_change(model: dict) -> str | None:
             f"read {model.get('weights_sha256')}")
 
 
+LORA_EFFECTS_PARTITION = "lora_effects"  # a LoRA effects row's `partition` as the walk sees it
+
+
 def _metric_asset(partition: str) -> str:
-    """The asset that wrote a metric row, from its `partition` (dataset, `<dataset>|<axis>`, or cross)."""
+    """The asset that wrote a metric row, from its `partition` (dataset, `<dataset>|<axis>`, cross, or the LoRA
+    effects)."""
     if partition == layout.CROSS_PARTITION:
         return "cross_dataset_metrics"
+    if partition == LORA_EFFECTS_PARTITION:
+        return "lora_effects"
     return f"{partition.split('|', 1)[1]}_metrics" if "|" in partition else "metrics"
 
 

@@ -151,3 +151,55 @@ def test_adapted_scores_join_the_predictions_as_their_own_method(world):
     adapter_link = links["lora_adapters[tiny_llava.brset.any_dr]"]
     assert adapter_link["link"] == "adapter" and "weights[tiny_llava]" in adapter_link["inputs"]
     assert not chain["stale"], [(k, v["changed"]) for k, v in links.items() if v["changed"]]
+
+
+def test_lora_effects_pair_adapted_and_base_scores_on_the_same_images(world):
+    """The comparison against an independent computation: scikit-learn's AUROC and accuracy on the paired test
+    images, and the reason where there is nothing to compare; `focus trace` reaches both score sets."""
+    from sklearn.metrics import accuracy_score, roc_auc_score
+
+    from assets.evaluation import EVALUATION_JOB
+    from assets.lora import ADAPTED_SCORES_JOB, LORA_EFFECTS_JOB
+    from assets.mllm import TOKEN_PROBABILITIES_JOB
+    from focus_dagster.trace import trace
+
+    config, defs, instance = world
+    if not (config.artifacts / "adapted_token_probabilities" / "tiny_llava.brset.any_dr" / "brset.parquet").exists():
+        train(defs, instance, "tiny_llava.brset.any_dr")
+        defs.resolve_job_def(ADAPTED_SCORES_JOB).execute_in_process(
+            partition_key="tiny_llava.brset.any_dr@brset", instance=instance)
+    defs.resolve_job_def(TOKEN_PROBABILITIES_JOB).execute_in_process(
+        partition_key=dg.MultiPartitionKey({"model": "tiny_llava", "dataset": "brset"}), instance=instance)
+    fast = {"ops": {op: {"config": {"n_resamples": 200}} for op in ("metrics", "fairness_metrics", "quality_metrics")}}
+    assert defs.resolve_job_def(EVALUATION_JOB).execute_in_process(partition_key="brset", instance=instance,
+                                                                   run_config=fast).success
+    result = defs.resolve_job_def(LORA_EFFECTS_JOB).execute_in_process(
+        instance=instance, run_config={"ops": {"lora_effects": {"config": {"n_resamples": 200}}}})
+    import duckdb
+
+    with duckdb.connect(str(config.database), read_only=True) as con:
+        effects = con.execute("SELECT * FROM metrics.lora_effects").df()
+        samples = con.execute("SELECT * FROM predictions.samples WHERE split = 'test' AND task = 'any_dr' AND "
+                              "method IN ('yes_no', 'yes_no_lora')").df()
+    adapted = samples[samples["method"] == "yes_no_lora"].set_index("image_id")
+    base = samples[samples["method"] == "yes_no"].set_index("image_id").loc[adapted.index]
+    y = adapted["label"].astype(int)
+    rows = effects[effects["task"] == "any_dr"].set_index("metric")
+    assert set(rows.index) == {"auroc", "accuracy@0.5", "accuracy@youden", "ece", "brier"}
+    assert (rows["domain"] == "in_domain").all() and (rows["n"] == len(adapted)).all()
+    expected = accuracy_score(y, adapted["score"] >= 0.5) - accuracy_score(y, base["score"] >= 0.5)
+    assert abs(rows.loc["accuracy@0.5", "delta"] - expected) < 1e-12
+    if y.nunique() == 2 and min(y.sum(), len(y) - y.sum()) >= 5:
+        expected = roc_auc_score(y, adapted["score"]) - roc_auc_score(y, base["score"])
+        assert abs(rows.loc["auroc", "delta"] - expected) < 1e-12
+    else:  # too few test images of a class in this tiny look-alike: undefined, with the reason
+        assert pd.isna(rows.loc["auroc", "delta"]) and rows.loc["auroc", "reason"]
+    gon = effects[effects["task"] == "gon"]
+    assert len(gon) == 5 and gon["delta"].isna().all() and gon["reason"].str.contains("no adapted scores").all()
+    assert materialization(result)["comparisons"] == 1
+
+    chain = trace(rows.loc["accuracy@0.5", "metric_id"], config)
+    links = {link["id"] for link in chain["links"]}
+    assert {"adapted_token_probabilities[tiny_llava.brset.any_dr|brset]", "lora_adapters[tiny_llava.brset.any_dr]",
+            "token_probabilities[tiny_llava|brset]", "weights[tiny_llava]"} <= links, " ".join(sorted(links))
+    assert chain["links"][0]["asset"] == "lora_effects" and len(chain["links"][0]["inputs"]) == 2

@@ -343,11 +343,9 @@ def _yes_no_source(storage, model, dataset, labels, labels_stamp) -> _Output:
 def _adapted_source(storage, adapter, dataset, labels, labels_stamp) -> _Output:
     """The scores of `adapter` on `dataset` (adapted_token_probabilities), or why there are none: no adapter was
     trained (the reason recorded by lora_adapters), not materialised, or computed from other labels."""
-    import json
-
-    skipped = storage.artifact_path(layout.ADAPTERS.skipped(adapter.key))
-    if skipped.is_file():
-        return _Output(reason=f"no LoRA adapter {adapter.key}: {json.loads(skipped.read_text())['reason']}")
+    skipped = storage.adapter_skipped_reason(adapter.key)
+    if skipped:
+        return _Output(reason=f"no LoRA adapter {adapter.key}: {skipped}")
     scores, stamp, reason = _stamped_output(storage, "adapted_token_probabilities", layout.ADAPTED_TOKEN_PROBABILITIES,
                                             adapter.key, dataset, labels_stamp)
     if reason:

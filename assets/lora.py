@@ -100,13 +100,14 @@ def _adapters_asset(partitions: dg.StaticPartitionsDefinition, by_training: dg.P
 
 def _train(context, storage: FocusStorage, adapter: AdapterKey, examples: TrainingSet, settings, inputs: dict, mllm,
            device: str, questions_version: str):
+    from focus_dagster.files import file_sha256
     from focus_dagster.lora.train import Example, train_adapter, write_adapter
 
     trained = train_adapter(
         mllm, [Example(image_id, path, question, answer) for image_id, path, question, answer in examples.rows],
         settings, storage.artifact_path(layout.ADAPTERS.work(adapter.key)), device=device, progress=context.log.info,
     )
-    version = weights_sha256(trained.folder)
+    version = file_sha256(trained.folder / "adapter_model.safetensors")  # the adapter's identity
     manifest = _manifest(adapter, examples, settings, trained, mllm, questions_version, lineage.stamp(
         "lora_adapters", adapter.key, context.run_id, version, code_version=code_version(), inputs=inputs,
         model=lineage.model_facts(mllm.spec, mllm.report)))
@@ -199,10 +200,9 @@ def _adapted_asset(partitions: dg.StaticPartitionsDefinition, scored: list[Evalu
 
         evaluation = Evaluation.parse(context.partition_key)
         adapter, dataset = evaluation.adapter, evaluation.dataset
-        skipped = storage.artifact_path(layout.ADAPTERS.skipped(adapter.key))
+        reason = storage.adapter_skipped_reason(adapter.key)
         output = YesNoOutput("adapted_token_probabilities", layout.ADAPTED_TOKEN_PROBABILITIES, adapter.key, dataset)
-        if skipped.is_file():
-            reason = json.loads(skipped.read_text())["reason"]
+        if reason:
             storage.artifact_path(output.files.file(adapter.key, dataset)).unlink(missing_ok=True)
             context.log.warning(f"{evaluation.key}: nothing to score, no adapter was trained: {reason}")
             return dg.MaterializeResult(metadata={"adapter": "none", "reason": reason})
@@ -212,7 +212,7 @@ def _adapted_asset(partitions: dg.StaticPartitionsDefinition, scored: list[Evalu
         asked, questions_stamp = storage.read_stamped_parquet(layout.questions_file(dataset))
         device = pick_device()
         mllm = load_adapted(models.load_mllm(adapter.model, device), folder)
-        adapter_sha = weights_sha256(folder)
+        adapter_sha = manifest["adapter_model_sha256"]  # load_adapted checked the file against it
         metadata = score_yes_no(
             context, output, mllm, datasets, storage, registered.questions, labels, asked, [adapter.task], device,
             config.answer_tokens, inputs={"labels": labels_stamp, "questions": questions_stamp,
@@ -225,12 +225,6 @@ def _adapted_asset(partitions: dg.StaticPartitionsDefinition, scored: list[Evalu
 
     return adapted_token_probabilities
 
-
-def weights_sha256(folder) -> str:
-    """An adapter's identity: the sha256 of its weights file (what write_adapter returns)."""
-    from focus_dagster.files import file_sha256
-
-    return file_sha256(folder / "adapter_model.safetensors")
 
 
 EFFECTS_DESCRIPTION = (

@@ -7,6 +7,8 @@ Tables and paths are named by `resources.layout`; this class only moves data.
 
 from __future__ import annotations
 
+import json
+
 import re
 from contextlib import contextmanager
 from pathlib import Path
@@ -154,6 +156,11 @@ class FocusStorage(ConfigurableResource):
         """A Parquet artifact and the stamp written with it (None for a file written without lineage);
         NotMaterialisedError naming the asset partition that writes it when it is missing."""
         return read_stamped_parquet(self._existing_artifact(rel))
+
+    def adapter_skipped_reason(self, adapter_key: str) -> str | None:
+        """Why no adapter `adapter_key` was trained (the record lora_adapters wrote), or None when one was."""
+        path = self.artifact_path(layout.ADAPTERS.skipped(adapter_key))
+        return json.loads(path.read_text())["reason"] if path.is_file() else None
 
     def read_labels(self, dataset: str) -> pd.DataFrame:
         """The harmonised labels of one dataset, from the Parquet copy (no DuckDB connection needed)."""

@@ -226,7 +226,6 @@ def _adapted_asset(partitions: dg.StaticPartitionsDefinition, scored: list[Evalu
     return adapted_token_probabilities
 
 
-
 EFFECTS_DESCRIPTION = (
     "What the LoRA adapters change: every adapted configuration (yes_no_lora) against its base model's yes/no "
     "scores on the same test images, by a paired bootstrap (the same resamples for both): deltas of AUROC, accuracy "

@@ -112,7 +112,7 @@ def _train(context, storage: FocusStorage, adapter: AdapterKey, examples: Traini
         "lora_adapters", adapter.key, context.run_id, version, code_version=code_version(), inputs=inputs,
         model=lineage.model_facts(mllm.spec, mllm.report)))
     destination = storage.artifact_path(layout.ADAPTERS.adapter(adapter.key))
-    sha = write_adapter(trained, destination, manifest)
+    sha = write_adapter(trained, destination, manifest, sha256=version)
     storage.artifact_path(layout.ADAPTERS.skipped(adapter.key)).unlink(missing_ok=True)
     yield dg.MaterializeResult(metadata={
         "path": dg.MetadataValue.path(str(destination)), "sha256": sha, "base_model": adapter.model,

@@ -249,12 +249,14 @@ def _demo() -> int:
             for job_name, what in model_jobs:
                 if job_name in job_names:
                     failures += _run_model_job(defs.resolve_job_def(job_name), what, config.dataset_keys, runner, specs)
+            failures += _run_lora(defs, job_names, runner)
             failures += _run_evaluation(defs, config.dataset_keys, runner)
             summary = runner.execute(defs.resolve_job_def(SUMMARY_JOB))
+            failures += [] if summary.success else [f"{SUMMARY_JOB}: {_failure_message(summary)}"]
+            _say("cross-dataset matrix and leaderboard")
+            failures += _run_lora_effects(defs, job_names, runner)
         except Stop as stop:
             return runner.stop(stop)
-        failures += [] if summary.success else [f"{SUMMARY_JOB}: {_failure_message(summary)}"]
-        _say("cross-dataset matrix and leaderboard")
         overhead = dagster_overhead(instance, since=wall_started)
     _print_leaderboard(defs)
     wall = time.perf_counter() - started
@@ -286,6 +288,57 @@ def _run_evaluation(defs, datasets: list[str], runner: _Runner) -> list[str]:
                     if key in ("metrics", "fairness_metrics", "quality_metrics"))
     _say(f"{'metrics':<16} {'all models and methods':<29} {rows:>6} rows over {len(datasets) - len(failures)} datasets")
     return failures
+
+
+def _run_lora(defs, job_names: set, runner: _Runner) -> list[str]:
+    """Train the plan's first adapter and score it on every dataset that defines its task, in-domain first.
+
+    One adapter keeps the demo inside its time budget; the others are in the UI, ready to materialise (and
+    automation trains them once `focus ui` runs its sensor).
+    """
+    from assets.lora import ADAPTED_SCORES_JOB, LORA_ADAPTERS_JOB
+    from focus_dagster.adapter_plan import AdapterKey, Evaluation
+
+    if LORA_ADAPTERS_JOB not in job_names:
+        return []
+    training = defs.resolve_job_def(LORA_ADAPTERS_JOB)
+    adapter = training.partitions_def.get_partition_keys()[0]
+    result = runner.execute(training, partition_key=adapter)
+    if not result.success:
+        _say(f"{'lora adapter':<17} {adapter:<28} FAILED: {_failure_message(result)}")
+        return [f"lora_adapters/{adapter}"]
+    _say(_adapter_line(adapter, _materialized(result)["lora_adapters"]))
+    scoring = defs.resolve_job_def(ADAPTED_SCORES_JOB)
+    targets = [Evaluation.parse(key) for key in scoring.partitions_def.get_partition_keys()]
+    tally = _Tally("adapted scores", adapter, pipeline_check=False)
+    for evaluation in (e for e in targets if e.adapter.key == adapter):
+        tally.add(runner.execute(scoring, partition_key=evaluation.key), evaluation.dataset)
+    _say(tally.line() + f" (in-domain: {AdapterKey.parse(adapter).dataset}, the rest out-of-domain)")
+    return tally.failures()
+
+
+def _adapter_line(adapter: str, meta: dict) -> str:
+    """What training did: examples, steps, the loss from first to last step and the speed; or why no adapter."""
+    if "steps" not in meta:
+        return f"{'lora adapter':<17} {adapter:<28} none: {meta.get('reason', 'see the run in the UI')}"
+    return (f"{'lora adapter':<17} {adapter:<28} {meta['examples']:>6} examples, {meta['steps']} steps, loss "
+            f"{meta['loss_first']:.3f} -> {meta['loss_last']:.3f}, {meta['examples_per_second']:.1f} examples/s")
+
+
+def _run_lora_effects(defs, job_names: set, runner: _Runner) -> list[str]:
+    """Adapted vs base on the same test images (paired bootstrap); one line with the counts."""
+    from assets.lora import LORA_EFFECTS_JOB
+
+    if LORA_EFFECTS_JOB not in job_names:
+        return []
+    result = runner.execute(defs.resolve_job_def(LORA_EFFECTS_JOB))
+    if not result.success:
+        _say(f"{'lora effects':<17} FAILED: {_failure_message(result)}")
+        return [f"{LORA_EFFECTS_JOB}: {_failure_message(result)}"]
+    meta = _materialized(result)["lora_effects"]
+    _say(f"{'lora effects':<17} {'adapted vs base, paired':<28} {meta['dagster/row_count']:>6} rows, "
+         f"{meta['comparisons']} comparisons with deltas ({layout.LORA_EFFECTS}, {layout.LORA_SUMMARY})")
+    return []
 
 
 def _materialized(result) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,3 +61,27 @@ def test_demo_runs_end_to_end_and_says_where_results_are(monkeypatch, tmp_path, 
         assert con.execute("SELECT reason_code FROM records.quarantine").fetchall() == [("image_missing",)]
         assert con.execute("SELECT stage, reason_code FROM labels.rejects").fetchall() == [("records", "image_missing")]
         assert con.execute("SELECT count(*) FROM labels.harmonised WHERE dataset = 'idrid'").fetchone()[0] == 30
+
+
+def test_demo_trains_an_adapter_scores_it_in_and_out_of_domain_and_compares(monkeypatch, tmp_path, capsys):
+    config = tmp_path / "focus.yaml"
+    config.write_text("datasets: {brset: synthetic, idrid: synthetic}\nmodels: [tiny_llava]\n"
+                      "synthetic: {per_dataset: 60, scale: 0.04}\nlora: {tasks: [referable_dr]}\n")
+    monkeypatch.setenv("FOCUS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("FOCUS_CONFIG", str(config))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    from focus_dagster.cli import main
+
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"lora adapter +tiny_llava\.brset\.referable_dr +\d+ examples, \d+ steps, loss", out), out
+    assert re.search(r"adapted scores +tiny_llava\.brset\.referable_dr +\d+ rows over 2 datasets", out), out
+    assert re.search(r"lora effects .* \d+ rows, 2 comparisons with deltas", out), out
+    with duckdb.connect(str(tmp_path / "home" / "focus.duckdb"), read_only=True) as con:
+        adapted = con.execute("SELECT DISTINCT dataset, train_dataset FROM predictions.samples "
+                              "WHERE method = 'yes_no_lora' ORDER BY dataset").fetchall()
+        domains = con.execute("SELECT domain, count(*) FROM metrics.lora_effects WHERE metric = 'brier' "
+                              "AND delta IS NOT NULL GROUP BY domain ORDER BY domain").fetchall()
+    assert adapted == [("brset", "brset"), ("idrid", "brset")]
+    assert domains == [("in_domain", 1), ("out_of_domain", 1)]
+    assert (tmp_path / "home" / "artifacts" / "adapters" / "tiny_llava.brset.referable_dr" / "manifest.json").is_file()

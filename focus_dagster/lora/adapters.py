@@ -27,13 +27,14 @@ MANIFEST = "manifest.json"
 ADAPTER_FILES = (ADAPTER_CONFIG, ADAPTER_WEIGHTS, MANIFEST)
 
 
-def write_adapter_folder(source: Path, destination: Path, manifest: dict) -> str:
+def write_adapter_folder(source: Path, destination: Path, manifest: dict, sha256: str | None = None) -> str:
     """Copy peft's output from `source` to `destination` with `manifest.json` beside it, in one rename.
 
-    The manifest also records the sha256 of the weights file, which is returned. A destination that already
-    exists is replaced whole; a failure leaves it as it was.
+    The manifest also records the sha256 of the weights file (`sha256` when the caller has just hashed it: a
+    saved embedding matrix can weigh gigabytes), which is returned. A destination that already exists is replaced
+    whole; a failure leaves it as it was.
     """
-    sha = file_sha256(Path(source) / ADAPTER_WEIGHTS)
+    sha = sha256 or file_sha256(Path(source) / ADAPTER_WEIGHTS)
     with atomic_path(Path(destination)) as partial:
         shutil.copytree(source, partial)
         record = {**manifest, "adapter_model_sha256": sha}

@@ -158,15 +158,16 @@ def train_adapter(mllm: LoadedMLLM, examples: Sequence[Example], settings: LoraS
     )
 
 
-def write_adapter(trained: TrainedAdapter, destination: Path, manifest: dict) -> str:
+def write_adapter(trained: TrainedAdapter, destination: Path, manifest: dict, sha256: str | None = None) -> str:
     """Publish a trained adapter at `destination` (atomically), with `manifest.json` beside peft's files.
 
     The manifest holds the training record (`TrainedAdapter.manifest()`, including `base_weights_sha256`)
-    updated with the caller's `manifest`. Returns the sha256 of adapter_model.safetensors.
+    updated with the caller's `manifest`. Returns the sha256 of adapter_model.safetensors (`sha256`: the caller's
+    hash of that file, so it is not read twice).
     """
     if not (Path(trained.folder) / ADAPTER_WEIGHTS).is_file():
         raise AdapterError(f"{trained.folder} has no {ADAPTER_WEIGHTS}: the training output is gone; train again.")
-    return write_adapter_folder(trained.folder, destination, {**trained.manifest(), **manifest})
+    return write_adapter_folder(trained.folder, destination, {**trained.manifest(), **manifest}, sha256)
 
 
 def total_steps(n_examples: int, settings: LoraSettings) -> int:

@@ -249,7 +249,7 @@ def _demo() -> int:
             for job_name, what in model_jobs:
                 if job_name in job_names:
                     failures += _run_model_job(defs.resolve_job_def(job_name), what, config.dataset_keys, runner, specs)
-            failures += _run_lora(defs, job_names, runner)
+            failures += _run_lora(defs, job_names, runner, specs)
             failures += _run_evaluation(defs, config.dataset_keys, runner)
             summary = runner.execute(defs.resolve_job_def(SUMMARY_JOB))
             failures += [] if summary.success else [f"{SUMMARY_JOB}: {_failure_message(summary)}"]
@@ -290,7 +290,7 @@ def _run_evaluation(defs, datasets: list[str], runner: _Runner) -> list[str]:
     return failures
 
 
-def _run_lora(defs, job_names: set, runner: _Runner) -> list[str]:
+def _run_lora(defs, job_names: set, runner: _Runner, specs: dict) -> list[str]:
     """Train the plan's first adapter and score it on every dataset that defines its task, in-domain first.
 
     One adapter keeps the demo inside its time budget; the others are in the UI, ready to materialise (and
@@ -310,7 +310,7 @@ def _run_lora(defs, job_names: set, runner: _Runner) -> list[str]:
     _say(_adapter_line(adapter, _materialized(result)["lora_adapters"]))
     scoring = defs.resolve_job_def(ADAPTED_SCORES_JOB)
     targets = [Evaluation.parse(key) for key in scoring.partitions_def.get_partition_keys()]
-    tally = _Tally("adapted scores", adapter, pipeline_check=False)
+    tally = _Tally("adapted scores", adapter, specs[AdapterKey.parse(adapter).model].is_pipeline_check)
     for evaluation in (e for e in targets if e.adapter.key == adapter):
         tally.add(runner.execute(scoring, partition_key=evaluation.key), evaluation.dataset)
     _say(tally.line() + f" (in-domain: {AdapterKey.parse(adapter).dataset}, the rest out-of-domain)")

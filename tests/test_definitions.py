@@ -75,7 +75,7 @@ def test_demo_trains_an_adapter_scores_it_in_and_out_of_domain_and_compares(monk
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"lora adapter +tiny_llava\.brset\.referable_dr +\d+ examples, \d+ steps, loss", out), out
-    assert re.search(r"adapted scores +tiny_llava\.brset\.referable_dr +\d+ rows over 2 datasets", out), out
+    assert re.search(r"adapted scores +tiny_llava\.brset\.referable_dr \(pipeline-check\) +\d+ rows over 2 datasets", out), out
     assert re.search(r"lora effects .* \d+ rows, 2 comparisons with deltas", out), out
     with duckdb.connect(str(tmp_path / "home" / "focus.duckdb"), read_only=True) as con:
         adapted = con.execute("SELECT DISTINCT dataset, train_dataset FROM predictions.samples "

@@ -331,6 +331,15 @@ def test_an_adapter_of_other_base_weights_is_refused_with_both_hashes(model_fold
         load_adapted(other, tmp_path / "adapter")
 
 
+def test_a_model_that_an_adapter_was_applied_to_is_no_base_to_train_on(model_folder, examples, reference, tmp_path):
+    trained, _ = reference
+    write_adapter(trained, tmp_path / "adapter", {})
+    base = fresh_model(model_folder)
+    load_adapted(base, tmp_path / "adapter")  # injects into base.model, as documented
+    with pytest.raises(AdapterError, match="already carries an adapter .* fresh load of the base model"):
+        train_adapter(base, examples, SETTINGS, tmp_path / "work")
+
+
 @pytest.mark.parametrize("family", ["gemma3", "qwen3_vl"])
 def test_other_families_train_on_the_position_their_scorer_reads(family, examples, tmp_path):
     """The families whose inputs differ most from LLaVA's: Gemma-3 (token type ids marking image tokens, tied

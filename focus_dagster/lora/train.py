@@ -390,8 +390,10 @@ def _wrap_with_lora(model, settings: LoraSettings):
     from focus_dagster.models.quiet import quiet_transformers
 
     quiet_transformers()
-    if isinstance(model, PeftModel):
-        raise AdapterError("the model already carries an adapter: train on the base model as loaded.")
+    # load_adapted injects an adapter into the model it is given (no copy): such a model is no base any more.
+    if isinstance(model, PeftModel) or hasattr(model, "peft_config"):
+        raise AdapterError("the model already carries an adapter (one applied by load_adapted stays in the model "
+                           "it was applied to): train on a fresh load of the base model.")
     names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     to_save = [name for name in EMBEDDING_MODULES if name in names] if settings.save_embeddings else []
     # A model whose output head shares the input embedding matrix (Gemma-3, MedGemma) keeps sharing it: one

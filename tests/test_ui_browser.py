@@ -82,9 +82,9 @@ def ui(home):
                     "-w", "workspace.yaml"], cwd=REPO, env=dagster_env, check=True, capture_output=True)
     port = _free_port()
     log = open(tmp / "ui.log", "w")
+    # The instance named explicitly: `focus ui` keeps a DAGSTER_HOME it inherits, and this one is the demo's.
     process = subprocess.Popen([str(Path(sys.executable).parent / "focus"), "ui", "--port", str(port)], cwd=REPO,
-                               env=dict(os.environ, **env), stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+                               env=dagster_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_for_server(base, process, tmp / "ui.log")

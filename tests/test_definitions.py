@@ -44,8 +44,11 @@ def test_default_definitions_have_the_data_layer(monkeypatch, tmp_path):
 
 
 def test_demo_runs_end_to_end_and_says_where_results_are(monkeypatch, tmp_path, capsys):
+    """The whole graph on two look-alikes with the default models, one LoRA adapter trained on IDRiD included:
+    scored in-domain and on RFMiD 2.0, and compared with its base."""
     config = tmp_path / "focus.yaml"
-    config.write_text("datasets: {rfmid_2: synthetic, idrid: synthetic}\nsynthetic: {per_dataset: 30, scale: 0.04}\n")
+    config.write_text("datasets: {rfmid_2: synthetic, idrid: synthetic}\nsynthetic: {per_dataset: 30, scale: 0.04}\n"
+                      "lora: {train_datasets: [idrid], tasks: [referable_dr]}\n")
     monkeypatch.setenv("FOCUS_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("FOCUS_CONFIG", str(config))
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
@@ -55,36 +58,23 @@ def test_demo_runs_end_to_end_and_says_where_results_are(monkeypatch, tmp_path, 
     out = capsys.readouterr().out
     assert "rfmid_2     read    30 = kept    29 + quarantined   1 | labelled    29 (native split)" in out
     assert "FAILED" not in out and out.count("warn: ") == 2 and "make ui" in out and "focus.duckdb" in out
+    assert re.search(r"lora adapter +tiny_llava\.idrid\.referable_dr +\d+ examples, \d+ steps, loss", out), out
+    assert re.search(r"adapted scores +tiny_llava\.idrid\.referable_dr \(pipeline-check\) +\d+ rows over 2 datasets",
+                     out), out
+    assert re.search(r"lora effects .* \d+ rows, 2 comparisons with deltas", out), out
     assert (tmp_path / "home" / "dagster" / "dagster.yaml").is_file()
+    assert (tmp_path / "home" / "artifacts" / "adapters" / "tiny_llava.idrid.referable_dr" / "manifest.json").is_file()
     with duckdb.connect(str(tmp_path / "home" / "focus.duckdb"), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM records.idrid").fetchone()[0] == 30
         assert con.execute("SELECT reason_code FROM records.quarantine").fetchall() == [("image_missing",)]
         assert con.execute("SELECT stage, reason_code FROM labels.rejects").fetchall() == [("records", "image_missing")]
         assert con.execute("SELECT count(*) FROM labels.harmonised WHERE dataset = 'idrid'").fetchone()[0] == 30
-
-
-def test_demo_trains_an_adapter_scores_it_in_and_out_of_domain_and_compares(monkeypatch, tmp_path, capsys):
-    config = tmp_path / "focus.yaml"
-    config.write_text("datasets: {brset: synthetic, idrid: synthetic}\nmodels: [tiny_llava]\n"
-                      "synthetic: {per_dataset: 60, scale: 0.04}\nlora: {tasks: [referable_dr]}\n")
-    monkeypatch.setenv("FOCUS_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("FOCUS_CONFIG", str(config))
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
-    from focus_dagster.cli import main
-
-    assert main(["demo"]) == 0
-    out = capsys.readouterr().out
-    assert re.search(r"lora adapter +tiny_llava\.brset\.referable_dr +\d+ examples, \d+ steps, loss", out), out
-    assert re.search(r"adapted scores +tiny_llava\.brset\.referable_dr \(pipeline-check\) +\d+ rows over 2 datasets", out), out
-    assert re.search(r"lora effects .* \d+ rows, 2 comparisons with deltas", out), out
-    with duckdb.connect(str(tmp_path / "home" / "focus.duckdb"), read_only=True) as con:
         adapted = con.execute("SELECT DISTINCT dataset, train_dataset FROM predictions.samples "
                               "WHERE method = 'yes_no_lora' ORDER BY dataset").fetchall()
         domains = con.execute("SELECT domain, count(*) FROM metrics.lora_effects WHERE metric = 'brier' "
                               "AND delta IS NOT NULL GROUP BY domain ORDER BY domain").fetchall()
-    assert adapted == [("brset", "brset"), ("idrid", "brset")]
+    assert adapted == [("idrid", "idrid"), ("rfmid_2", "idrid")]
     assert domains == [("in_domain", 1), ("out_of_domain", 1)]
-    assert (tmp_path / "home" / "artifacts" / "adapters" / "tiny_llava.brset.referable_dr" / "manifest.json").is_file()
 
 
 def test_the_demo_gives_the_caller_its_dagster_home_back(monkeypatch, tmp_path, capsys):
@@ -92,13 +82,9 @@ def test_the_demo_gives_the_caller_its_dagster_home_back(monkeypatch, tmp_path, 
     config.write_text("datasets: {idrid: synthetic}\nmodels: [tiny_vit]\nsynthetic: {per_dataset: 12, scale: 0.04}\n")
     monkeypatch.setenv("FOCUS_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("FOCUS_CONFIG", str(config))
-    (tmp_path / "callers_instance").mkdir()
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "callers_instance"))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
     from focus_dagster.cli import main
 
     assert main(["demo"]) == 0
-    assert f"instance:  {tmp_path / 'callers_instance'}" in capsys.readouterr().out  # an explicit one wins
-    assert os.environ["DAGSTER_HOME"] == str(tmp_path / "callers_instance")
-    monkeypatch.delenv("DAGSTER_HOME")
-    assert main(["demo"]) == 0
-    assert "DAGSTER_HOME" not in os.environ  # none before, none after
+    assert f"instance:  {tmp_path / 'home' / 'dagster'}" in capsys.readouterr().out
+    assert "DAGSTER_HOME" not in os.environ  # none before, none after: a later `focus ui` opens its own instance

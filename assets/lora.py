@@ -101,13 +101,14 @@ def _adapters_asset(partitions: dg.StaticPartitionsDefinition, by_training: dg.P
 def _train(context, storage: FocusStorage, adapter: AdapterKey, examples: TrainingSet, settings, inputs: dict, mllm,
            device: str, questions_version: str):
     from focus_dagster.files import file_sha256
+    from focus_dagster.lora.adapters import ADAPTER_WEIGHTS
     from focus_dagster.lora.train import Example, train_adapter, write_adapter
 
     trained = train_adapter(
         mllm, [Example(image_id, path, question, answer) for image_id, path, question, answer in examples.rows],
         settings, storage.artifact_path(layout.ADAPTERS.work(adapter.key)), device=device, progress=context.log.info,
     )
-    version = file_sha256(trained.folder / "adapter_model.safetensors")  # the adapter's identity
+    version = file_sha256(trained.folder / ADAPTER_WEIGHTS)  # the adapter's identity
     manifest = _manifest(adapter, examples, settings, trained, mllm, questions_version, lineage.stamp(
         "lora_adapters", adapter.key, context.run_id, version, code_version=code_version(), inputs=inputs,
         model=lineage.model_facts(mllm.spec, mllm.report)))

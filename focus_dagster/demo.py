@@ -310,6 +310,7 @@ def _run_lora(defs, job_names: set, runner: _Runner, specs: dict) -> list[str]:
         return []
     training = defs.resolve_job_def(LORA_ADAPTERS_JOB)
     adapter = training.partitions_def.get_partition_keys()[0]
+    key = AdapterKey.parse(adapter)
     result = runner.execute(training, partition_key=adapter)
     if not result.success:
         _say(f"{'lora adapter':<17} {adapter:<28} FAILED: {_failure_message(result)}")
@@ -317,10 +318,10 @@ def _run_lora(defs, job_names: set, runner: _Runner, specs: dict) -> list[str]:
     _say(_adapter_line(adapter, _materialized(result)["lora_adapters"]))
     scoring = defs.resolve_job_def(ADAPTED_SCORES_JOB)
     targets = [Evaluation.parse(key) for key in scoring.partitions_def.get_partition_keys()]
-    tally = _Tally("adapted scores", adapter, specs[AdapterKey.parse(adapter).model].is_pipeline_check)
+    tally = _Tally("adapted scores", adapter, specs[key.model].is_pipeline_check)
     for evaluation in (e for e in targets if e.adapter.key == adapter):
         tally.add(runner.execute(scoring, partition_key=evaluation.key), evaluation.dataset)
-    _say(tally.line() + f" (in-domain: {AdapterKey.parse(adapter).dataset}, the rest out-of-domain)")
+    _say(tally.line() + f" (in-domain: {key.dataset}, the rest out-of-domain)")
     return tally.failures()
 
 
@@ -340,8 +341,9 @@ def _run_lora_effects(defs, job_names: set, runner: _Runner) -> list[str]:
         return []
     result = runner.execute(defs.resolve_job_def(LORA_EFFECTS_JOB))
     if not result.success:
-        _say(f"{'lora effects':<17} FAILED: {_failure_message(result)}")
-        return [f"{LORA_EFFECTS_JOB}: {_failure_message(result)}"]
+        message = _failure_message(result)
+        _say(f"{'lora effects':<17} FAILED: {message}")
+        return [f"{LORA_EFFECTS_JOB}: {message}"]
     meta = _materialized(result)["lora_effects"]
     _say(f"{'lora effects':<17} {'adapted vs base, paired':<28} {meta['dagster/row_count']:>6} rows, "
          f"{meta['comparisons']} comparisons with deltas ({layout.LORA_EFFECTS}, {layout.LORA_SUMMARY})")

@@ -80,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--runs", action="store_true", help="add each run's job and status from the Dagster instance")
     trace.set_defaults(run=cmd_trace)
 
+    report = sub.add_parser("report", help="the arena report: build it from the tables as they are now (unless it is "
+                            "up to date) and print where it is")
+    report.add_argument("--open", action="store_true", help="open it in the default web browser")
+    report.add_argument("--rebuild", action="store_true", help="build it even when it is up to date")
+    report.set_defaults(run=cmd_report)
+
     datasets = sub.add_parser("datasets", help="list the datasets and where each is read from")
     datasets.set_defaults(run=cmd_datasets)
 
@@ -198,6 +204,41 @@ def cmd_demo(args) -> int:
     from focus_dagster.demo import run_demo
 
     return run_demo()
+
+
+def cmd_report(args) -> int:
+    import webbrowser
+
+    import dagster as dg
+
+    from assets.report import REPORT_JOB, stale_reason
+    from focus_dagster.config import load_config
+    from focus_dagster.definitions import build_definitions
+    from focus_dagster.demo import QUIET
+    from focus_dagster.recovery import HOST_TAG, this_host
+    from resources import layout
+
+    config = load_config()
+    defs = build_definitions(config)
+    storage = defs.resources["storage"]
+    page = storage.artifact_path(layout.ARENA_REPORT_PAGE)
+    reason = "--rebuild" if args.rebuild else stale_reason(storage)
+    if reason is None:
+        print(f"arena report (up to date with the tables): {page}")
+    else:
+        print(f"building the arena report ({reason}) ...")
+        with dg.DagsterInstance.from_config(str(prepare_dagster_home(config))) as instance:
+            result = defs.resolve_job_def(REPORT_JOB).execute_in_process(
+                instance=instance, raise_on_error=False, run_config=QUIET, tags={HOST_TAG: this_host()})
+        if not result.success:
+            failure = next((e.event_specific_data.error for e in result.all_events if e.is_step_failure), None)
+            print(f"error: the report was not built: {failure.message.strip() if failure else 'see the run in the UI'}",
+                  file=sys.stderr)
+            return 1
+        print(f"arena report: {page}  (run {result.run_id[:8]})")
+    if args.open:
+        webbrowser.open(page.as_uri())
+    return 0
 
 
 def cmd_recover(args) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import automation, datasets, evaluation, groups, labels, lora, mllm, models
+from assets import automation, datasets, evaluation, groups, labels, lora, mllm, models, report
 from assets.partitions import Registered
 from focus_dagster.config import FocusConfig, load_config
 from focus_dagster.pools import reporting_pool_waits
@@ -33,6 +33,7 @@ def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
         lora.definitions(registered),
         evaluation.definitions(registered),
         groups.definitions(registered.datasets),
+        report.definitions(registered),
         automation.definitions(config.refresh_seconds),
         dg.Definitions(resources=focus_resources(config), executor=EXECUTORS[config.executor]),
     )

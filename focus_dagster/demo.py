@@ -262,6 +262,7 @@ def _demo() -> int:
             failures += [] if summary.success else [f"{SUMMARY_JOB}: {_failure_message(summary)}"]
             _say("cross-dataset matrix and leaderboard")
             failures += _run_lora_effects(defs, job_names, runner)
+            failures += _run_report(defs, runner)
         except Stop as stop:
             return runner.stop(stop)
         overhead = dagster_overhead(instance, since=wall_started)
@@ -276,6 +277,7 @@ def _demo() -> int:
     print(f"             {layout.records_table('<dataset>')}, " + ", ".join(map(str, layout.TABLES)))
     print(f"  artifacts: {config.artifacts}")
     print("             " + ", ".join(layout.ARTIFACTS))
+    print(f"  report:    {config.artifacts / layout.ARENA_REPORT_PAGE}   (.venv/bin/focus report --open)")
     print(f"  instance:  {dagster_home}")
     print(f"  open the UI: make ui   (http://{UI_HOST}:{UI_PORT}, lineage graph and every run above)")
     return 1 if failures else 0
@@ -339,14 +341,28 @@ def _run_lora_effects(defs, job_names: set, runner: _Runner) -> list[str]:
 
     if LORA_EFFECTS_JOB not in job_names:
         return []
-    result = runner.execute(defs.resolve_job_def(LORA_EFFECTS_JOB))
+    return _run_summary(defs, runner, LORA_EFFECTS_JOB, "lora_effects", "lora effects", lambda meta: (
+        f"{'adapted vs base, paired':<28} {meta['dagster/row_count']:>6} rows, {meta['comparisons']} comparisons "
+        f"with deltas ({layout.LORA_EFFECTS}, {layout.LORA_SUMMARY})"))
+
+
+def _run_report(defs, runner: _Runner) -> list[str]:
+    """The arena report from every table above; one line with where it is and what it holds."""
+    from assets.report import REPORT_JOB
+
+    return _run_summary(defs, runner, REPORT_JOB, "arena_report", "arena report", lambda meta: (
+        f"{len(meta['figures'])} figures, {len(meta['tables'])} tables, {meta['metric_ids_cited']} metric ids cited: "
+        f"{meta['path']}"))
+
+
+def _run_summary(defs, runner: _Runner, job_name: str, asset: str, what: str, line) -> list[str]:
+    """Run an unpartitioned job; say `line(metadata of asset)`, or why it failed (then it is a failure)."""
+    result = runner.execute(defs.resolve_job_def(job_name))
     if not result.success:
         message = _failure_message(result)
-        _say(f"{'lora effects':<17} FAILED: {message}")
-        return [f"{LORA_EFFECTS_JOB}: {message}"]
-    meta = _materialized(result)["lora_effects"]
-    _say(f"{'lora effects':<17} {'adapted vs base, paired':<28} {meta['dagster/row_count']:>6} rows, "
-         f"{meta['comparisons']} comparisons with deltas ({layout.LORA_EFFECTS}, {layout.LORA_SUMMARY})")
+        _say(f"{what:<17} FAILED: {message}")
+        return [f"{job_name}: {message}"]
+    _say(f"{what:<17} {line(_materialized(result)[asset])}")
     return []
 
 

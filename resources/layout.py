@@ -139,13 +139,16 @@ ADAPTERS = AdapterFiles()
 ADAPTED_TOKEN_PROBABILITIES = ModelOutputFiles("adapted_token_probabilities")
 
 LEADERBOARD_REPORT = "reports/leaderboard.md"
+# The arena report: one folder (index.html, figures/<section>.png, tables/<table>.csv, manifest.json).
+ARENA_REPORT = "reports/arena"
+ARENA_REPORT_PAGE = f"{ARENA_REPORT}/index.html"
 ARTIFACTS = (
     labels_file("<dataset>"), questions_file("<dataset>"),
     *(files.file("<model>", "<dataset>")
       for files in (EMBEDDINGS, TOKEN_PROBABILITIES, PROBES, PROBE_SCORES, PROBE_SKIPPED)),
     ADAPTERS.adapter("<model>.<dataset>.<task>"), ADAPTERS.skipped("<model>.<dataset>.<task>"),
     ADAPTED_TOKEN_PROBABILITIES.file("<model>.<dataset>.<task>", "<dataset>"),
-    LEADERBOARD_REPORT,
+    LEADERBOARD_REPORT, ARENA_REPORT_PAGE,
 )
 
 # ------------------------------------------------------------------------------------- partition keys

@@ -115,6 +115,21 @@ class FocusStorage(ConfigurableResource):
             con.execute("COMMIT")
         return frames, found
 
+    def read_tables_with_lineage(self, tables: list[Table]) -> tuple[list[pd.DataFrame | None], dict[str, str]]:
+        """Whole tables (None for one not written yet) and the current lineage stamp id of every asset
+        partition (`asset[partition]`), in one transaction: the ids describe exactly the rows returned."""
+        with self.connect() as con:
+            _create_lineage_tables(con)
+            present = {tuple(row) for row in con.execute(
+                "SELECT table_schema, table_name FROM information_schema.tables").fetchall()}
+            con.execute("BEGIN TRANSACTION")
+            frames = [con.execute(*_select_sql(table, None)).df() if (table.schema, table.name) in present else None
+                      for table in tables]
+            current = con.execute(f"SELECT asset, partition, stamp_id FROM {layout.CURRENT}").fetchall()
+            con.execute("COMMIT")
+        return frames, {f"{asset}[{partition}]" if partition else asset: stamp_id
+                        for asset, partition, stamp_id in current}
+
     def current_stamp(self, asset: str, partition: str) -> dict | None:
         with self.connect() as con:
             _create_lineage_tables(con)

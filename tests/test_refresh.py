@@ -22,13 +22,13 @@ from tests.conftest import copy_tree
 
 DATASETS = ("idrid", "papila", "g1020")
 MODELS = ("tiny_vit", "tiny_clip", "tiny_llava")  # one per interface, seeded: fast on a CPU
-AGGREGATES = {"cross_dataset_metrics", "leaderboard"}
+AGGREGATES = {"cross_dataset_metrics", "leaderboard", "arena_report"}
 # The graph in dependency order: a refreshed dataset must reach all of these.
 CHAIN = ["dataset_records", "harmonised_labels", "image_embeddings", "probe_predictions", "predictions", "metrics",
-         "leaderboard"]
+         "leaderboard", "arena_report"]
 EVERY_ASSET = {"dataset_records", "harmonised_labels", "label_rejects", "yes_no_questions", "image_embeddings",
                "zero_shot_scores", "token_probabilities", "probe_predictions", "predictions", "metrics",
-               "cross_dataset_metrics", "leaderboard"}
+               "cross_dataset_metrics", "leaderboard", "arena_report"}
 EVERY_CHECK = {"dataset_records:quarantine_rate", "harmonised_labels:label_values", "harmonised_labels:rule_consistency",
                "harmonised_labels:split_leakage", "harmonised_labels:row_accounting",
                "harmonised_labels:referable_implies_any_dr", "harmonised_labels:metadata_coverage",
@@ -101,6 +101,9 @@ def test_a_changed_label_refreshes_its_dataset_in_order_and_leaves_nothing_unsyn
     assert first == sorted(first), dict(zip(CHAIN, first))
     assert min(refresh.tick_of("predictions")) > max(refresh.tick_of("probe_predictions"))
     assert min(refresh.tick_of("leaderboard")) > max(refresh.tick_of("metrics"))
+    # The report is rebuilt once, after every metric table it reads is current.
+    assert len(refresh.tick_of("arena_report")) == 1
+    assert min(refresh.tick_of("arena_report")) > max(refresh.tick_of("quality_metrics") + refresh.tick_of("metrics"))
     assert unsynced(w.defs, w.instance) == set()
 
 

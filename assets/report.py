@@ -1,0 +1,140 @@
+"""The arena report: the study's figures and tables as one asset of the graph, refreshed with the metric tables."""
+
+import base64
+import io
+
+import dagster as dg
+
+from assets.automation import GATED_EAGER
+from assets.partitions import ENCODERS, Registered
+from focus_dagster.version import code_version
+from resources import FocusStorage, layout
+
+REPORT_GROUP = "report"
+REPORT_JOB = "focus_arena_report"
+PREVIEW_WIDTH = 900  # pixels of the figure previews in the UI (the files keep 150 dpi)
+
+ARENA_DESCRIPTION = (
+    "The arena report: one self-contained HTML page (figures embedded, nothing fetched from a network) with a PNG "
+    "per figure and a CSV per table, in the artifact store at "
+    f"`{layout.ARENA_REPORT_PAGE}`. Spider plots of the top six configurations per family on AUROC, AUPRC, accuracy, "
+    "1 - ECE, fairness and image-quality robustness; method means per family and task with intervals; general vs "
+    "ophthalmic vision encoders; the task cliff; multimodal LLMs' AUROC vs ECE by size and medical vs general; the "
+    "cross-dataset transfer matrix; reliability diagrams; LoRA deltas in-domain vs out-of-domain; coverage, with "
+    "every empty cell's reason. Every number carries its metric_id (`focus trace ID`); means list the ids they "
+    "average in their CSV. `manifest.json` names the lineage stamp of every table partition read. "
+    "From a terminal: `focus report [--open]`."
+)
+
+
+def definitions(registered: Registered) -> dg.Definitions:
+    """arena_report and its job."""
+    deps = ["metrics", "fairness_metrics", "quality_metrics"]
+    if registered.models(ENCODERS):
+        deps.append("cross_dataset_metrics")
+    if registered.adapters():
+        deps.append("lora_effects")
+    job = dg.define_asset_job(REPORT_JOB, selection=dg.AssetSelection.assets("arena_report"),
+                              description="Build the arena report from the metric tables as they are now.")
+    return dg.Definitions(assets=[_report_asset(deps, registered)], jobs=[job])
+
+
+def _report_asset(deps: list[str], registered: Registered):
+    @dg.asset(
+        deps=deps,
+        group_name=REPORT_GROUP,
+        pool="duckdb",
+        kinds={"html", "csv"},
+        automation_condition=GATED_EAGER,
+        description=ARENA_DESCRIPTION,
+    )
+    def arena_report(context: dg.AssetExecutionContext, storage: FocusStorage) -> dg.MaterializeResult:
+        from focus_dagster.report.build import build_report, headline_markdown, write_report
+
+        inputs = report_inputs(storage, registered)
+        report = build_report(inputs)
+        folder = write_report(report, storage.artifact_path(layout.ARENA_REPORT),
+                              {"run_id": context.run_id, "code_version": code_version()})
+        page = folder / "index.html"
+        metadata = {
+            "path": dg.MetadataValue.path(str(page)),
+            "open": dg.MetadataValue.url(page.as_uri()),
+            "headline": dg.MetadataValue.md(headline_markdown(report)),
+            "metric_ids_cited": len(report.metric_ids()),
+            "figures": dg.MetadataValue.json([f"figures/{s.name}.png" for s in report.sections if s.figure]),
+            "tables": dg.MetadataValue.json([f"tables/{t.name}.csv" for t in report.tables]),
+            "sources": dg.MetadataValue.json(report.sources),
+        }
+        for section in report.sections:  # the figures, viewable on the asset's page
+            if section.figure is not None:
+                metadata[f"figure: {section.name}"] = dg.MetadataValue.md(_preview(section))
+        return dg.MaterializeResult(metadata=metadata)
+
+    return arena_report
+
+
+def report_inputs(storage: FocusStorage, registered: Registered):
+    """What the report reads, from the tables as they are now (with the lineage stamp ids of what was read)."""
+    import pandas as pd
+
+    from focus_dagster.report.arena import ModelInfo, size_from_source
+    from focus_dagster.report.build import ReportInputs
+
+    (metrics, unavailable, effects), current = storage.read_tables_with_lineage(
+        [layout.METRICS, layout.UNAVAILABLE, layout.LORA_EFFECTS])
+    if metrics is None:
+        raise dg.Failure(f"no metric table yet ({layout.METRICS}): materialise `metrics` for at least one dataset "
+                         "first (the demo does, or select it in the UI).")
+    sources = _sources(current)
+    models = {model: ModelInfo(spec.interface, spec.domain, size_from_source(spec.source))
+              for model, spec in registered.specs.items()}
+
+    def read_samples(datasets: list[str]) -> pd.DataFrame:
+        frames = [storage.read_partition(layout.SAMPLES, dataset) for dataset in datasets]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    header = [f"code {code_version()} · metric rows {len(metrics)} · tables {storage.duckdb.database} · "
+              f"lineage stamps read: {len(sources)} (manifest.json)"]
+    return ReportInputs(metrics, unavailable if unavailable is not None else pd.DataFrame(), effects, models,
+                        list(registered.dataset_keys), read_samples, sources, header)
+
+
+# The assets whose table partitions the report reads (their lineage stamps go into its manifest).
+READ_ASSETS = ("metrics", "fairness_metrics", "quality_metrics", "cross_dataset_metrics", "lora_effects", "predictions")
+
+
+def _sources(current: dict[str, str]) -> dict[str, str]:
+    """The current stamp ids (`asset[partition]` -> id) of the table partitions the report reads."""
+    return {key: stamp for key, stamp in current.items() if key.split("[")[0] in READ_ASSETS}
+
+
+def _preview(section) -> str:
+    """The figure as a Markdown image the UI shows (a PNG scaled to PREVIEW_WIDTH, inlined)."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(section.figure.png))
+    if image.width > PREVIEW_WIDTH:
+        image = image.resize((PREVIEW_WIDTH, round(image.height * PREVIEW_WIDTH / image.width)), Image.LANCZOS)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", optimize=True)
+    data = base64.b64encode(buffer.getvalue()).decode()
+    return f"**{section.title}**\n\n![{section.name}](data:image/png;base64,{data})"
+
+
+def stale_reason(storage: FocusStorage) -> str | None:
+    """Why the report on disk is not the report of the tables as they are now (None: it is): missing, built by
+    other code, or built from other table partitions than the current ones."""
+    import json
+
+    manifest_path = storage.artifact_path(layout.ARENA_REPORT) / "manifest.json"
+    if not manifest_path.exists():
+        return "no report yet"
+    manifest = json.loads(manifest_path.read_text())
+    if manifest.get("code_version") != code_version():
+        return f"built by code {manifest.get('code_version')}, this is {code_version()}"
+    _, current = storage.read_tables_with_lineage([])
+    now, then = _sources(current), manifest.get("sources", {})
+    changed = sorted(key for key in set(now) | set(then) if now.get(key) != then.get(key))
+    if changed:
+        return f"{len(changed)} table partition(s) changed since it was built (e.g. {changed[0]})"
+    return None

@@ -1,0 +1,296 @@
+"""The arena report: the sections (figure, reading, tables) built from the metric tables, and the files written.
+
+`build_report` computes; `write_report` writes one folder atomically: `index.html` (self-contained),
+`figures/<section>.png`, `tables/<table>.csv` and `manifest.json` (what was read, with the lineage stamp ids
+of the tables' partitions, and what was written).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from focus_dagster.report import arena, figures
+from focus_dagster.report.page import Num, ReportTable, Section, format_number, page, plain
+
+TITLE = "FOCUS arena report"
+
+
+@dataclass
+class ReportInputs:
+    """What the report reads: the metric rows (metrics.values, every partition), the configurations without
+    predictions (predictions.unavailable), the LoRA comparison rows when adapters exist, the models' facts,
+    the registered datasets, and a reader of test predictions by dataset (for the reliability diagrams)."""
+
+    metrics: pd.DataFrame
+    unavailable: pd.DataFrame
+    effects: pd.DataFrame | None
+    models: dict[str, arena.ModelInfo]
+    datasets: list[str]
+    read_samples: Callable[[list[str]], pd.DataFrame]
+    sources: dict[str, str] = field(default_factory=dict)  # "asset[partition]" -> lineage stamp id read
+    header: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    sections: list[Section]
+    html: str
+    sources: dict[str, str]
+
+    @property
+    def tables(self) -> list[ReportTable]:
+        return [t for s in self.sections for t in s.tables]
+
+    def metric_ids(self) -> set[str]:
+        """Every metric id the report cites."""
+        ids = set()
+        for table in self.tables:
+            for column in set(table.ids.values()):
+                ids.update(i for cell in table.frame[column].dropna() for i in str(cell).split())
+        return ids
+
+
+def build_report(inputs: ReportInputs) -> Report:
+    frame = arena.with_families(inputs.metrics, inputs.models)
+    sections = [
+        _spider(frame), _method_means(frame), _general_vs_ophthalmic(frame, inputs.datasets), _task_cliff(frame),
+        _mllm(frame), _transfer(frame), _reliability(frame, inputs.read_samples),
+        _lora(inputs.effects, inputs.models), _coverage(frame, inputs.effects, inputs.unavailable, inputs.datasets),
+    ]
+    example = _trace_example(frame)
+    text = page(TITLE, inputs.header, sections, example)
+    return Report(sections, text, dict(inputs.sources))
+
+
+def write_report(report: Report, folder: Path, manifest: dict | None = None) -> Path:
+    """Write the report into `folder` in one rename (a reader sees the old report or the new, never half)."""
+    from focus_dagster.files import atomic_path
+
+    with atomic_path(Path(folder)) as partial:
+        (partial / "figures").mkdir(parents=True)
+        (partial / "tables").mkdir()
+        (partial / "index.html").write_text(report.html, encoding="utf-8")
+        for section in report.sections:
+            if section.figure is not None:
+                (partial / "figures" / f"{section.name}.png").write_bytes(section.figure.png)
+        for table in report.tables:
+            table.frame.to_csv(partial / "tables" / f"{table.name}.csv", index=False)
+        (partial / "manifest.json").write_text(json.dumps({
+            **(manifest or {}), "sources": report.sources,
+            "figures": [f"figures/{s.name}.png" for s in report.sections if s.figure is not None],
+            "tables": [f"tables/{t.name}.csv" for t in report.tables],
+        }, indent=2, default=str) + "\n")
+    return Path(folder)
+
+
+# ------------------------------------------------------------------------------------------ sections
+
+
+def _spider(frame: pd.DataFrame) -> Section:
+    table = arena.spider_table(frame)
+    reading = ["The top six configurations of each family by test AUROC, on six axes where higher is better."]
+    best = table[table["axis"] == "AUROC"].sort_values("shown", ascending=False).groupby("family", sort=False).head(1)
+    for row in best.itertuples():
+        reading += [f" Best {arena.FAMILIES.get(row.family, row.family)}: {row.configuration}, AUROC ",
+                    Num(row.shown, row.metric_id), "."]
+    notes = [f"{axis.label}: {axis.definition}." for axis in arena.SPIDER_AXES] + [arena.MISSING_AXIS]
+    shown = ["configuration", "axis", "shown", "value", "reason"]
+    return Section("spider", "Top configurations per family (spider plots)", reading,
+                   figures.render(figures.draw_spider, table, width=10, height=5.4),
+                   [ReportTable("spider", "axis values of the top configurations (shown = higher is better; value = "
+                                "the metric row)", table, shown, {"shown": "metric_id", "value": "metric_id"})],
+                   notes)
+
+
+def _mean_table(name: str, title: str, table: pd.DataFrame, keys: list[str]) -> ReportTable:
+    return ReportTable(name, title, table, [*keys, "configurations", "mean", "ci_low", "ci_high"],
+                       {c: "metric_ids" for c in ("configurations", "mean", "ci_low", "ci_high")},
+                       {"configurations": "d"})
+
+
+def _method_means(frame: pd.DataFrame) -> Section:
+    table = arena.method_means(frame)
+    real = table[table["domain"] != arena.PIPELINE_CHECK]
+    reading = ["Mean test AUROC per family, method, model domain and task, with a 95% t interval over the "
+               "configurations."]
+    if len(real):
+        top, low = real.loc[real["mean"].idxmax()], real.loc[real["mean"].idxmin()]
+        reading += [f" Highest: {top['method']} of {top['domain']} {arena.FAMILIES.get(top['family'])} on "
+                    f"{top['task']}, ", Num(top["mean"], top["metric_ids"]), f"; lowest: {low['method']} of "
+                    f"{low['domain']} {arena.FAMILIES.get(low['family'])} on {low['task']}, ",
+                    Num(low["mean"], low["metric_ids"]), "."]
+    return Section("method_means", "Method means per family and task", reading,
+                   figures.render(figures.draw_method_means, table, width=10, height=4.2),
+                   [_mean_table("method_means", "mean AUROC per family, method, domain and task", table,
+                                ["family", "method", "domain", "task"])],
+                   ["Pipeline-check models form their own domain († , hatched) and are never pooled with real models."])
+
+
+def _general_vs_ophthalmic(frame: pd.DataFrame, datasets: list[str]) -> Section:
+    table = arena.general_vs_ophthalmic(frame, datasets)
+    both = table[table["difference"].notna()]
+    if len(both):
+        mean = both["difference"].mean()
+        reading = ["Ophthalmic minus general vision encoders, mean linear-probe AUROC: ",
+                   Num(mean, " ".join(both["metric_ids"]), "+.3f"), f" on average over {len(both)} dataset(s)."]
+    else:
+        sides = [d for d in ("general", "ophthalmic") if table[f"{d}_configurations"].sum()]
+        reading = ["No dataset has both a general and an ophthalmic vision encoder with a defined AUROC"
+                   + (f": only {sides[0]} encoders are shown." if sides else ".")]
+    shown = ["dataset", "general_mean", "general_configurations", "ophthalmic_mean", "ophthalmic_configurations",
+             "difference", "reason"]
+    ids = {"general_mean": "general_metric_ids", "general_configurations": "general_metric_ids",
+           "ophthalmic_mean": "ophthalmic_metric_ids", "ophthalmic_configurations": "ophthalmic_metric_ids",
+           "difference": "metric_ids"}
+    return Section("general_vs_ophthalmic", "General vs ophthalmic vision encoders", reading,
+                   figures.render(figures.draw_general_vs_ophthalmic, table, width=6.5, height=3.6),
+                   [ReportTable("general_vs_ophthalmic", "mean linear-probe AUROC per dataset (over models and tasks)",
+                                table, shown, ids, {"general_configurations": "d", "ophthalmic_configurations": "d",
+                                                    "difference": "+.3f"})])
+
+
+def _task_cliff(frame: pd.DataFrame) -> Section:
+    table = arena.task_cliff(frame)
+    reading = ["Mean test AUROC per family and task."]
+    for series, rows in table[~table["series"].str.contains("pipeline check")].groupby("series", sort=True):
+        if len(rows) > 1:
+            hard, easy = rows.loc[rows["mean"].idxmin()], rows.loc[rows["mean"].idxmax()]
+            reading += [f" {series}: hardest {hard['task']} (", Num(hard["mean"], hard["metric_ids"]),
+                        f"), easiest {easy['task']} (", Num(easy["mean"], easy["metric_ids"]), ")."]
+    return Section("task_cliff", "The task cliff: mean AUROC per family and task", reading,
+                   figures.render(figures.draw_task_cliff, table, width=6.5, height=3.8),
+                   [_mean_table("task_cliff", "mean AUROC per family and task", table, ["series", "task"])])
+
+
+def _mllm(frame: pd.DataFrame) -> Section:
+    table = arena.mllm_table(frame)
+    reading = ["Multimodal LLMs: mean AUROC against mean ECE (colour: medical / general; area: parameters), "
+               "and their mean fairness and image-quality gaps."]
+    ranked = table[table["auroc"].notna()].sort_values("auroc", ascending=False)
+    if len(ranked):
+        top = ranked.iloc[0]
+        reading += [f" Highest mean AUROC: {top['model']} ({top['method']}), ",
+                    Num(top["auroc"], top["auroc_metric_ids"]), ", ECE ", Num(top["ece"], top["ece_metric_ids"]), "."]
+    shown = ["model", "method", "domain", "size_b", "auroc", "ece", "fairness_gap", "quality_gap"]
+    ids = {name: f"{name}_metric_ids" for name in ("auroc", "ece", "fairness_gap", "quality_gap")}
+    shown_table = table.assign(size_b=table["size_b"].map(lambda v: f"{v:g}B" if pd.notna(v) else "not stated"))
+    return Section("mllm", "Multimodal LLMs: AUROC vs ECE, size, medical vs general", reading,
+                   figures.render(figures.draw_mllm, table, width=10, height=4.0),
+                   [ReportTable("mllm", "per multimodal LLM and method (means over its configurations)", shown_table,
+                                shown, ids)],
+                   ["fairness gap: mean sex equalized-odds gap; quality gap: mean |accuracy(adequate) - "
+                    "accuracy(inadequate)| (BRSET, mBRSET); n/a where no configuration defines it."])
+
+
+def _transfer(frame: pd.DataFrame) -> Section:
+    table = arena.transfer_table(frame)
+    defined = table[table["value"].notna()]
+    off = defined[defined["train_dataset"] != defined["dataset"]]
+    diagonal = defined[defined["train_dataset"] == defined["dataset"]]
+    reading = ["Probes trained on one dataset (rows) and tested on another (columns); the diagonal is in-domain."]
+    if len(off) and len(diagonal):
+        reading += [" Mean AUROC off the diagonal ", Num(off["value"].mean(), " ".join(off["metric_id"])),
+                    " vs on it ", Num(diagonal["value"].mean(), " ".join(diagonal["metric_id"])), "."]
+    panels = figures.transfer_panels(table)
+    notes = [f"Drawn: the {len(panels)} model x task matrices with the most defined cells; every pair is in the "
+             "table."] if panels else []
+    return Section("transfer", "Cross-dataset transfer (train A -> test B)", reading,
+                   figures.render(figures.draw_transfer, table, width=10, height=3.6 * max(1, -(-len(panels) // 3))),
+                   [ReportTable("transfer", "AUROC of every (model, task, trained on, tested on)", table,
+                                ["model", "task", "train_dataset", "dataset", "value", "ci_low", "ci_high", "reason"],
+                                {c: "metric_id" for c in ("value", "ci_low", "ci_high")})], notes)
+
+
+def _reliability(frame: pd.DataFrame, read_samples) -> Section:
+    targets = arena.reliability_targets(frame)
+    samples = read_samples(sorted(set(targets["dataset"]))) if len(targets) else pd.DataFrame(
+        columns=["split", "train_dataset", "label", "score", *arena.KEY[:-1]])
+    table = arena.reliability_table(targets, samples)
+    reading = ["Reliability diagrams of the best configuration of each family: observed positive rate per score "
+               "bin (10 equal-width bins, image counts on the bars) against the diagonal of perfect calibration."]
+    for config, rows in table.groupby("configuration", sort=False):
+        reading += [f" {config}: ECE ", Num(rows["ece"].iloc[0], rows["metric_id"].iloc[0]), "."]
+    columns = ["configuration", "bin_lower", "bin_upper", "count", "mean_score", "positive_rate", "ece"]
+    ids = {c: "metric_id" for c in columns[1:]}
+    return Section("reliability", "Reliability diagrams of the top configurations", reading,
+                   figures.render(figures.draw_reliability, table, width=3.4 * max(1, len(set(table["configuration"]))),
+                                  height=3.4),
+                   [ReportTable("reliability", "bins of the 10-bin ECE (each row carries that ECE's metric id)", table,
+                                columns, ids, {"count": "d", "bin_lower": ".1f", "bin_upper": ".1f"})])
+
+
+def _lora(effects: pd.DataFrame | None, models: dict) -> Section:
+    deltas = arena.lora_deltas(effects, models)
+    means = arena.lora_means(deltas)
+    reading = ["Adapted minus base model on the same test images (paired bootstrap), in-domain (the adapter's "
+               "training dataset) vs out-of-domain."]
+    for row in means[means["metric"] == "auroc"].itertuples():
+        reading += [f" Mean Δ AUROC {row.domain.replace('_', '-')}: ", Num(row.mean, row.metric_ids, "+.3f"),
+                    f" over {row.configurations} configuration(s)."]
+    if deltas.empty:
+        reading = ["No LoRA adapter has been compared with its base model yet (none selected, or lora_effects not "
+                   "materialised)."]
+    columns = ["adapter", "dataset", "domain", "metric", "base", "adapted", "delta", "ci_low", "ci_high", "p_value",
+               "q_value", "n", "reason"]
+    ids = {c: "metric_id" for c in ("base", "adapted", "delta", "ci_low", "ci_high", "p_value", "q_value", "n")}
+    formats = {"delta": "+.3f", "ci_low": "+.3f", "ci_high": "+.3f", "p_value": ".3g", "q_value": ".3g", "n": "d"}
+    return Section("lora", "LoRA fine-tuning: deltas in-domain vs out-of-domain", reading,
+                   figures.render(figures.draw_lora, deltas, means, width=9, height=3.6),
+                   [_mean_table("lora_means", "mean delta per domain and metric", means, ["domain", "metric"]),
+                    ReportTable("lora", "every adapted configuration (q: Benjamini-Hochberg per metric x domain)",
+                                deltas, columns, ids, formats)])
+
+
+def _coverage(frame, effects, unavailable, datasets) -> Section:
+    table = arena.coverage(frame, effects, datasets)
+    empty = arena.empty_numbers(frame, effects)
+    missing = arena.unavailable_configurations(unavailable, frame)
+    covered = int((table["covered"] == "yes").sum())
+    reading = [f"{covered} of {len(table)} dataset x axis cells hold at least one number; every empty cell, every "
+               "empty number and every configuration without predictions is listed with its reason."]
+    return Section("coverage", "Coverage: which dataset feeds which axis, and why a cell is empty", reading,
+                   figures.render(figures.draw_coverage, table, width=7, height=0.3 * len(datasets) + 1.6),
+                   [ReportTable("coverage", "dataset x axis", table, ["dataset", "axis", "covered", "reason"]),
+                    ReportTable("empty_numbers", "numbers without a value, by dataset, axis and reason", empty,
+                                ["dataset", "axis", "reason", "numbers"], {"numbers": "metric_ids"}, {"numbers": "d"}),
+                    ReportTable("unavailable", "configurations without predictions (predictions.unavailable)",
+                                missing, [*arena.CONFIG_COLUMNS, "reason", "metric_id"])])
+
+
+def _trace_example(frame: pd.DataFrame) -> str:
+    top = arena.top_configurations(frame, top=1)
+    return top["metric_id"].iloc[0] if len(top) else "m-<id>"
+
+
+# ---------------------------------------------------------------------------------------- the UI's view
+
+
+def headline_markdown(report: Report) -> str:
+    """The headline tables (method means, task cliff, LoRA means) as Markdown, with each reading."""
+    wanted = {"method_means": ["family", "method", "domain", "task"], "task_cliff": ["series", "task"],
+              "lora_means": ["domain", "metric"]}
+    parts = []
+    for section in report.sections:
+        for table in section.tables:
+            if table.name in wanted and len(table.frame):
+                parts += [f"**{section.title}** — {plain(section.reading)}", "",
+                          _markdown_means(table.frame, wanted[table.name]), ""]
+    return "\n".join(parts) or "no metric rows yet"
+
+
+def _markdown_means(frame: pd.DataFrame, keys: list[str]) -> str:
+    lines = ["| " + " | ".join(keys) + " | n | mean (95% CI) | first metric_id |",
+             "|" + "---|" * (len(keys) + 3)]
+    for row in frame.to_dict("records"):
+        ids = str(row["metric_ids"]).split()
+        interval = (f" ({format_number(row['ci_low'])}–{format_number(row['ci_high'])})"
+                    if not np.isnan(row["ci_low"]) else "")
+        lines.append("| " + " | ".join(str(row[k]) for k in keys) + f" | {row['configurations']} | "
+                     f"{format_number(row['mean'])}{interval} | `{ids[0] if ids else ''}` |")
+    return "\n".join(lines)

@@ -1,0 +1,165 @@
+"""The report as one self-contained HTML file: figures embedded as SVG data, tables whose every number carries
+the metric_id it comes from (`data-metric-id`, shown on hover), no script and nothing fetched from a network."""
+
+from __future__ import annotations
+
+import base64
+import html
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+MAX_HTML_ROWS = 200
+
+
+@dataclass(frozen=True)
+class Num:
+    """A number in prose, with the metric id(s) it comes from."""
+
+    value: float
+    ids: str
+    spec: str = ".3f"
+
+
+@dataclass
+class ReportTable:
+    """A table of the report: its CSV is `frame` whole; the HTML shows `shown` columns, and each column named in
+    `ids` is a number whose metric id(s) are in that other column."""
+
+    name: str
+    title: str
+    frame: pd.DataFrame
+    shown: list[str]
+    ids: dict[str, str] = field(default_factory=dict)
+    formats: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Section:
+    name: str
+    title: str
+    reading: list  # text and Num parts: the one-line reading of what the section shows
+    figure: object | None  # figures.Drawn
+    tables: list[ReportTable]
+    notes: list[str] = field(default_factory=list)
+
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1180px;
+       color: #222; line-height: 1.45; padding: 0 1rem; }
+h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { font-size: 1.2rem; margin-top: 2.4rem;
+       border-bottom: 1px solid #ddd; padding-bottom: .2rem; }
+.meta, .note { color: #555; font-size: .85rem; } .reading { font-size: 1rem; margin: .4rem 0 .8rem; }
+figure { margin: .6rem 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+table { border-collapse: collapse; font-size: .78rem; margin: .4rem 0 1rem; }
+th, td { border-bottom: 1px solid #e5e5e5; padding: .15rem .45rem; text-align: left; vertical-align: top; }
+th { background: #f6f6f6; position: sticky; top: 0; } td.num, span.num { font-variant-numeric: tabular-nums; }
+td.num { text-align: right; } .num[data-metric-id] { cursor: help; border-bottom: 1px dotted #999; }
+td.num[data-metric-id] { border-bottom: 1px solid #e5e5e5; }
+details { margin: .3rem 0 1rem; } summary { cursor: pointer; color: #333; }
+code { background: #f3f3f3; padding: 0 .25rem; border-radius: 3px; } nav a { margin-right: .8rem; }
+"""
+
+
+def page(title: str, header: list[str], sections: list[Section], trace_example: str) -> str:
+    """The whole HTML document."""
+    nav = " ".join(f'<a href="#{s.name}">{html.escape(s.title)}</a>' for s in sections)
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        *(f'<p class="meta">{line}</p>' for line in header),
+        '<p class="note">Every number carries the <code>metric_id</code> of the row it comes from: hover it to see '
+        "the id, then <code>focus trace ID</code> walks from that number to the predictions, model weights, labels "
+        f"and files that produced it (e.g. <code>focus trace {html.escape(trace_example)}</code>). A mean lists the "
+        "ids it averages (hover, and in its CSV's <code>metric_ids</code> column). Research use only.</p>",
+        f"<nav>{nav}</nav>",
+    ]
+    parts += [section_html(s) for s in sections]
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def section_html(section: Section) -> str:
+    out = [f'<section id="{section.name}"><h2>{html.escape(section.title)}</h2>',
+           f'<p class="reading">{prose(section.reading)}</p>']
+    if section.figure is not None:
+        data = base64.b64encode(section.figure.svg).decode()
+        out.append(f'<figure><img alt="{html.escape(section.title)}" src="data:image/svg+xml;base64,{data}">'
+                   f'<figcaption class="note">figures/{section.name}.png</figcaption></figure>')
+    out += [f'<p class="note">{html.escape(note)}</p>' for note in section.notes]
+    for table in section.tables:
+        out.append(table_html(table))
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def prose(parts: list) -> str:
+    """Text with numbers: each Num a span carrying its metric id(s)."""
+    return "".join(number_span(p) if isinstance(p, Num) else html.escape(str(p)) for p in parts)
+
+
+def plain(parts: list) -> str:
+    """The same reading as plain text (Markdown in the UI)."""
+    return "".join(format_number(p.value, p.spec) if isinstance(p, Num) else str(p) for p in parts)
+
+
+def number_span(number: Num) -> str:
+    return (f'<span class="num" data-metric-id="{html.escape(number.ids)}" title="{html.escape(_hover(number.ids))}">'
+            f"{format_number(number.value, number.spec)}</span>")
+
+
+def table_html(table: ReportTable) -> str:
+    frame = table.frame
+    rows = frame.head(MAX_HTML_ROWS)
+    head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in table.shown)
+    body = []
+    for record in rows.to_dict("records"):
+        cells = []
+        for column in table.shown:
+            value = record.get(column)
+            if column in table.ids:
+                cells.append(_number_cell(value, record.get(table.ids[column]) or "", table.formats.get(column, ".3f")))
+            else:
+                cells.append(f"<td>{html.escape(_text(value))}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    more = (f'<p class="note">first {MAX_HTML_ROWS} of {len(frame)} rows; all of them in tables/{table.name}.csv</p>'
+            if len(frame) > MAX_HTML_ROWS else "")
+    return (f"<details open><summary>{html.escape(table.title)} <span class=\"note\">(tables/{table.name}.csv)"
+            f"</span></summary><table data-table=\"{table.name}\"><thead><tr>{head}</tr></thead><tbody>"
+            + "".join(body) + f"</tbody></table>{more}</details>")
+
+
+def _number_cell(value, ids: str, spec: str) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return '<td class="num">–</td>'
+    if not ids:  # a count of nothing; any other number must say where it comes from
+        if value == 0:
+            return '<td class="num">none</td>'
+        raise ValueError(f"the number {value} has no metric id: every number of the report must cite its row")
+    return (f'<td class="num" data-metric-id="{html.escape(ids)}" title="{html.escape(_hover(ids))}">'
+            f"{format_number(value, spec)}</td>")
+
+
+def _hover(ids: str) -> str:
+    many = ids.split()
+    if len(many) == 1:
+        return f"metric_id {many[0]} · focus trace {many[0]}"
+    return f"from {len(many)} metric ids: {' '.join(many[:6])}{' …' if len(many) > 6 else ''} (all in the CSV)"
+
+
+def format_number(value, spec: str = ".3f") -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "–"
+    if spec == "d":
+        return str(int(value))
+    return format(float(value), spec)
+
+
+def _text(value) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return ""
+    if isinstance(value, (bool,)) or str(value) in ("True", "False"):
+        return "yes" if value in (True, "True") else ""
+    return str(value)

@@ -33,6 +33,22 @@ def require_reference(path: Path) -> Path:
     pytest.skip(message)
 
 
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's, driven by playwright: its own browser downloads are unreachable
+INSTALL_CHROMIUM = "sudo apt-get install -y chromium"
+# Words of every skip `require_chromium` makes: the terminal summary counts the skipped tests by them.
+CHROMIUM_ABSENT = "is absent: the browser tests need Debian's chromium"
+
+
+def require_chromium() -> Path:
+    """The browser for a test that drives the UI: skipped on a workstation without it, failed under CI."""
+    if CHROMIUM.exists():
+        return CHROMIUM
+    message = f"{CHROMIUM} {CHROMIUM_ABSENT} (`{INSTALL_CHROMIUM}`, as .ci/run does)"
+    if under_ci():
+        pytest.fail(f"{message}; under CI the UI must be tested in a real browser.", pytrace=False)
+    pytest.skip(message)
+
+
 def needs_reference(path: Path):
     """Mark a test that needs `path` of the shared reference copy (see `require_reference`)."""
     return pytest.mark.shared_reference(Path(path))
@@ -41,6 +57,25 @@ def needs_reference(path: Path):
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "shared_reference(path): needs this ../shared/reference file; skipped when absent, failed under CI")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Says at the end of the run, where it is read, that the browser tests did not run and how to run them:
+    their skips are otherwise one letter among hundreds. Under xdist the workers' reports reach the controller,
+    whose summary this is, so the count covers every worker."""
+    skipped = {report.nodeid for report in terminalreporter.stats.get("skipped", [])
+               if CHROMIUM_ABSENT in _skip_reason(report)}
+    if skipped:
+        terminalreporter.write_sep("=", "browser tests not run", yellow=True, bold=True)
+        terminalreporter.write_line(f"{len(skipped)} browser test(s) skipped: {CHROMIUM} is absent. "
+                                    f"To run them: {INSTALL_CHROMIUM}", yellow=True, bold=True)
+
+
+def _skip_reason(report) -> str:
+    # A skip's longrepr is (path, line, "Skipped: reason"), on the xdist controller too; anything else (a
+    # failure's traceback) is not a skip of ours.
+    longrepr = getattr(report, "longrepr", None)
+    return str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else ""
 
 
 @pytest.fixture(autouse=True)

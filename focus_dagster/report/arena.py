@@ -62,6 +62,7 @@ class Axis:
     group: str
     flip: str  # "": as is; "1-": 1 - value; "1-abs": 1 - |value|
     definition: str
+    attribute: str = ""  # the attribute whose row says why there is no gap at all ("not applicable: ...")
 
     def shown(self, value: float) -> float:
         if self.flip == "1-":
@@ -78,7 +79,8 @@ SPIDER_AXES = (
     Axis("1 - ECE", "calibration", "ece", "", "1-",
          "1 - ECE, 10 equal-width bins on [0, 1], reliability form (the reference's)"),
     Axis("fairness", "fairness", "equalized_odds_gap", "sex:max-min", "1-",
-         "1 - equalized-odds gap between the sexes: max(TPR gap, FPR gap) at 0.5, groups of at least 10 images"),
+         "1 - equalized-odds gap between the sexes: max(TPR gap, FPR gap) at 0.5, groups of at least 10 images",
+         "sex"),
     Axis("quality", "quality", "accuracy_gap", "quality:adequate-inadequate", "1-abs",
          "1 - |accuracy(adequate) - accuracy(inadequate)| at 0.5, groups of at least 5 images (only BRSET and "
          "mBRSET grade image quality)"),
@@ -141,9 +143,11 @@ def spider_table(frame: pd.DataFrame) -> pd.DataFrame:
     top = top_configurations(frame)
     rows = []
     for rank, config in enumerate(top.to_dict("records")):
+        mine = frame[(frame[KEY] == pd.Series({k: config[k] for k in KEY})).all(axis=1)]
         for axis in SPIDER_AXES:
-            found = _rows(frame, axis.axis, axis.metric, axis.group)
-            found = found[(found[KEY] == pd.Series({k: config[k] for k in KEY})).all(axis=1)]
+            found = _rows(mine, axis.axis, axis.metric, axis.group)
+            if found.empty and axis.attribute:  # no gap row: the attribute's own row says why
+                found = _rows(mine, axis.axis, "attribute", axis.attribute)
             source = found.iloc[0] if len(found) else None
             defined = source is not None and pd.notna(source["value"])
             rows.append({

@@ -61,6 +61,9 @@ def test_mean_interval_is_the_student_t_interval():
     assert mean == pytest.approx(0.7)
     assert (low, high) == (pytest.approx(0.4515862, abs=1e-6), pytest.approx(0.9484138, abs=1e-6))
     assert np.isnan(arena.mean_interval([0.8])[1])  # one configuration: no interval
+    # n 2: t(0.975, 1) = 12.7062, sd 0.275772, half-width 12.7062 * 0.195 = 2.47771: the raw interval leaves [0, 1], and is clipped
+    assert arena.mean_interval([0.6, 0.99]) == pytest.approx((0.795, 0.795 - 2.47771, 0.795 + 2.47771), abs=1e-5)
+    assert arena.mean_interval([0.6, 0.99], (0.0, 1.0)) == pytest.approx((0.795, 0.0, 1.0))
 
 
 @pytest.mark.parametrize("source, size", [
@@ -151,6 +154,19 @@ def test_coverage_gives_each_empty_cell_its_reason(frame):
     empty = arena.empty_numbers(frame, None)
     assert set(empty["metric_ids"]) == {"m-enc_g-idrid-any_dr--fairness-equalized_odds_gap-sex:max-min",
                                         "m-enc_o-idrid-gon--performance-auroc-"}
+
+
+def test_lora_means_keep_pipeline_check_adapters_apart():
+    effects = pd.DataFrame([
+        {"metric_id": f"m-{k}", "model": model, "dataset": "idrid", "task": "any_dr", "method": "yes_no_lora",
+         "train_dataset": "idrid", "domain": "in_domain", "metric": "auroc", "base": 0.6, "adapted": 0.6 + delta,
+         "delta": delta, "ci_low": None, "ci_high": None, "p_value": 0.5, "q_value": 0.5, "n": 30, "n_pos": 10,
+         "reason": None}
+        for k, (model, delta) in enumerate([("med", 0.02), ("med", 0.04), ("toy", 0.30)])])
+    means = arena.lora_means(arena.lora_deltas(effects, MODELS)).set_index("series")
+    assert means.loc["multimodal LLMs", "mean"] == pytest.approx(0.03)
+    assert means.loc["multimodal LLMs", "metric_ids"] == "m-0 m-1"
+    assert means.loc["multimodal LLMs (pipeline check †)", "mean"] == pytest.approx(0.30)
 
 
 class _Numbers(HTMLParser):

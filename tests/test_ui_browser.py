@@ -7,7 +7,8 @@ materialised for both; and "Execute all" on the Checks tab of `harmonised_labels
 reporting each dataset's verdict, not a row of false failures. The global lineage graph, its groups expanded,
 draws a node for every asset of the code location; and "Materialize" on `harmonised_labels` with one partition
 picked in the launch dialog (IDRiD: labelled again from the same records, so the other tests see what they saw)
-launches one run of that partition, which succeeds and records a new materialisation.
+launches one run of that partition, which succeeds and records a new materialisation. The arena report the demo
+built shows its figures on its asset page (Markdown images in the metadata).
 """
 
 from __future__ import annotations
@@ -368,6 +369,19 @@ def _missing(names, texts) -> list[str]:
 
     lines = [line for text in texts for line in text.split("\n")]
     return [name for name in names if not any(shows(line, name) for line in lines)]
+
+
+def test_the_arena_report_figures_show_on_its_asset_page(page):
+    """The demo built the report; its figures are viewable in the UI: each is a Markdown image in the metadata."""
+    page.open("/assets/arena_report")
+    row = _shown(page, page.locator("tr", has_text="figure: spider"), "the spider figure's metadata row")
+    row.get_by_text("[Show Markdown]").click()
+    dialog = _shown(page, page.get_by_role("dialog"), "the Markdown dialog of the spider figure")
+    image = _shown(page, dialog.locator("img"), "the spider figure in its dialog")
+    page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=image.element_handle())
+    source, width = image.evaluate("img => [img.src.slice(0, 22), img.naturalWidth]")
+    assert source == "data:image/png;base64," and width >= 600, (source, width)
+    assert "Top configurations per family" in dialog.inner_text()
 
 
 def _shown(page, locator, what: str, timeout: float = 60_000):

@@ -167,8 +167,10 @@ def spider_table(frame: pd.DataFrame) -> pd.DataFrame:
 # ------------------------------------------------------------------------------------------- means
 
 
-def mean_interval(values) -> tuple[float, float, float]:
-    """Mean and 95% Student-t interval of values (configurations as the sample); no interval for one value."""
+def mean_interval(values, bounds: tuple[float, float] | None = None) -> tuple[float, float, float]:
+    """Mean and 95% Student-t interval of values (configurations as the sample), clipped to the metric's
+    `bounds` (an AUROC mean cannot leave [0, 1] however few configurations there are); no interval for one
+    value."""
     from scipy import stats
 
     values = np.asarray(values, dtype=float)
@@ -176,11 +178,14 @@ def mean_interval(values) -> tuple[float, float, float]:
     if len(values) < 2:
         return mean, np.nan, np.nan
     half = float(stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values)))
-    return mean, mean - half, mean + half
+    low, high = mean - half, mean + half
+    if bounds is not None:
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    return mean, low, high
 
 
-def _mean_row(values: pd.DataFrame, **keys) -> dict:
-    mean, low, high = mean_interval(values["value"]) if len(values) else (np.nan, np.nan, np.nan)
+def _mean_row(values: pd.DataFrame, bounds=(0.0, 1.0), **keys) -> dict:
+    mean, low, high = mean_interval(values["value"], bounds) if len(values) else (np.nan, np.nan, np.nan)
     return {**keys, "configurations": len(values), "mean": mean, "ci_low": low, "ci_high": high,
             "metric_ids": " ".join(values["metric_id"])}
 
@@ -217,7 +222,7 @@ def general_vs_ophthalmic(frame: pd.DataFrame, datasets: list[str]) -> pd.DataFr
         row["difference"] = row["ophthalmic_mean"] - row["general_mean"]
         row["metric_ids"] = " ".join(filter(None, (row["general_metric_ids"], row["ophthalmic_metric_ids"])))
         missing = [d for d in ("general", "ophthalmic") if not row[f"{d}_configurations"]]
-        row["reason"] = (f"no defined AUROC of a {' or '.join(missing)} vision encoder on {dataset} (none selected, "
+        row["reason"] = (f"no defined AUROC of any {' or '.join(missing)} vision encoder on {dataset} (none selected, "
                          "or their probes could not be fit or scored: see the coverage section)") if missing else ""
         rows.append(row)
     return pd.DataFrame(rows, columns=["dataset", "general_mean", "general_configurations", "ophthalmic_mean",
@@ -326,11 +331,12 @@ _LORA_COLUMNS = ["adapter", "model", "train_dataset", "task", "dataset", "domain
 
 
 def lora_means(deltas: pd.DataFrame) -> pd.DataFrame:
-    """Mean delta per domain and metric over the adapted configurations (with a t interval), and the ids."""
+    """Mean delta per domain and metric over the adapted configurations (with a t interval, clipped to
+    [-1, 1]), and the ids; adapters of pipeline-check models are a series of their own."""
     defined = deltas[deltas["delta"].notna()].rename(columns={"delta": "value"})
-    rows = [_mean_row(group, domain=domain, metric=metric)
-            for (domain, metric), group in defined.groupby(["domain", "metric"])]
-    return pd.DataFrame(rows, columns=_mean_columns(["domain", "metric"]))
+    rows = [_mean_row(group, (-1.0, 1.0), series=series_of("mllm", check), domain=domain, metric=metric)
+            for (check, domain, metric), group in defined.groupby(["pipeline_check", "domain", "metric"])]
+    return pd.DataFrame(rows, columns=_mean_columns(["series", "domain", "metric"]))
 
 
 # ---------------------------------------------------------------------------------------- coverage

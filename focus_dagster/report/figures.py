@@ -321,17 +321,18 @@ def draw_lora(fig, deltas: pd.DataFrame, means: pd.DataFrame) -> None:
             x = j + rng.uniform(-0.15, 0.15, len(rows))
             ax.scatter(x, rows["delta"], s=10, alpha=0.6, color=family_colour("mllm", j, 2),
                        marker="x" if rows["pipeline_check"].any() else "o")
-            mean = means[(means["metric"] == metric) & (means["domain"] == domain)]
-            if len(mean):
-                m = mean.iloc[0]
+            mine = means[(means["metric"] == metric) & (means["domain"] == domain)]
+            for s, m in enumerate(mine.sort_values("series").to_dict("records")):  # real models first, then †
+                check = "pipeline check" in m["series"]
                 error = None if pd.isna(m["ci_low"]) else [[m["mean"] - m["ci_low"]], [m["ci_high"] - m["mean"]]]
-                ax.errorbar([j + 0.3], [m["mean"]], yerr=error, fmt="D", color="black", ms=4, capsize=3)
+                ax.errorbar([j + 0.3 + 0.12 * s], [m["mean"]], yerr=error, fmt="D", ms=4, capsize=3,
+                            color="#888888" if check else "black")
         ax.axhline(0, color="#999999", lw=0.7)
         ax.set_xticks([0, 1])
         ax.set_xticklabels(["in-domain", "out-of-domain"])
         ax.set_xlim(-0.5, 1.6)
         ax.set_title(f"Δ {metric} (adapted - base)")
-    fig.axes[0].set_ylabel("delta per configuration; ◆ mean (95% t interval)")
+    fig.axes[0].set_ylabel("delta per configuration; ◆ mean (95% t interval; grey: pipeline check †)")
     _note(fig, bool(deltas["pipeline_check"].any()))
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 MAX_HTML_ROWS = 200
+OPEN_ROWS = 25  # longer tables start folded: the figure and its reading come first
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def table_html(table: ReportTable) -> str:
         body.append("<tr>" + "".join(cells) + "</tr>")
     more = (f'<p class="note">first {MAX_HTML_ROWS} of {len(frame)} rows; all of them in tables/{table.name}.csv</p>'
             if len(frame) > MAX_HTML_ROWS else "")
-    return (f"<details open><summary>{html.escape(table.title)} <span class=\"note\">(tables/{table.name}.csv)"
+    return (f"<details{' open' if len(frame) <= OPEN_ROWS else ''}><summary>{html.escape(table.title)} <span class=\"note\">(tables/{table.name}.csv)"
             f"</span></summary><table data-table=\"{table.name}\"><thead><tr>{head}</tr></thead><tbody>"
             + "".join(body) + f"</tbody></table>{more}</details>")
 

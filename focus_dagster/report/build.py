@@ -177,9 +177,10 @@ def _mllm(frame: pd.DataFrame) -> Section:
         top = ranked.iloc[0]
         reading += [f" Highest mean AUROC: {top['model']} ({top['method']}), ",
                     Num(top["auroc"], top["auroc_metric_ids"]), ", ECE ", Num(top["ece"], top["ece_metric_ids"]), "."]
-    shown = ["model", "method", "domain", "size_b", "auroc", "ece", "fairness_gap", "quality_gap"]
+    shown = ["model", "method", "domain", "size", "auroc", "ece", "fairness_gap", "quality_gap"]
     ids = {name: f"{name}_metric_ids" for name in ("auroc", "ece", "fairness_gap", "quality_gap")}
-    shown_table = table.assign(size_b=table["size_b"].map(lambda v: f"{v:g}B" if pd.notna(v) else "not stated"))
+    # The size as text (a model's size is not a measured number): size_b stays numeric in the CSV.
+    shown_table = table.assign(size=table["size_b"].map(lambda v: f"{v:g}B" if pd.notna(v) else "not stated"))
     return Section("mllm", "Multimodal LLMs: AUROC vs ECE, size, medical vs general", reading,
                    figures.render(figures.draw_mllm, table, width=10, height=4.0),
                    [ReportTable("mllm", "per multimodal LLM and method (means over its configurations)", shown_table,

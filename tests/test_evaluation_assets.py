@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import dagster as dg
-import duckdb
 import pandas as pd
 import pytest
 
@@ -18,6 +17,7 @@ from focus_dagster.adapter_plan import LoraPlan
 from focus_dagster.config import FocusConfig
 from focus_dagster.definitions import build_definitions
 from tests.conftest import copy_tree
+from tests.tables import table_views
 
 DATASETS = ("brset", "papila", "idrid")
 SELECTION = {"tiny_vit": "vm", "tiny_clip": "vlm", "tiny_llava": "mllm"}  # model -> interface
@@ -80,7 +80,7 @@ def world(synth_all, tmp_path_factory):
 
 
 def table(config, sql: str) -> pd.DataFrame:
-    with duckdb.connect(str(config.database), read_only=True) as con:
+    with table_views(config) as con:
         return con.execute(sql).df()
 
 
@@ -305,7 +305,7 @@ def test_changing_one_dataset_refreshes_only_its_partitions_and_the_aggregates(w
         for (_, partition), keys in by_partition.items():  # a multi-asset's outputs run together
             job.execute_in_process(instance=instance, asset_selection=keys, partition_key=partition,
                                    raise_on_error=False, run_config=_fast_config(keys))
-    aggregates = {"cross_dataset_metrics", "leaderboard"}
+    aggregates = {"cross_dataset_metrics", "leaderboard", "arena_report"}
     for asset, partitions in requested.items():
         if asset not in aggregates:
             assert all("papila" in p for p in partitions), (asset, partitions)

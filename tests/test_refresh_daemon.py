@@ -27,10 +27,11 @@ TIMEOUT = 420
 LABELS_FILE = Path("B. Disease Grading") / "2. Groundtruths" / "a. IDRiD_Disease Grading_Training Labels.csv"
 REFRESHED = {"dataset_records", "harmonised_labels", "label_rejects", "image_embeddings", "probe_predictions",
              "predictions", "metrics", "group_attributes", "fairness_metrics", "quality_metrics",
-             "cross_dataset_metrics", "leaderboard"}
+             "cross_dataset_metrics", "leaderboard", "arena_report"}
 # (downstream, upstream): what the refresh leaves of the first was computed after the last run of the second
 # had ended (the first's last run started after the second's last run ended).
-ORDER = [("leaderboard", "metrics"), ("leaderboard", "cross_dataset_metrics"), ("predictions", "probe_predictions"),
+ORDER = [("leaderboard", "metrics"), ("leaderboard", "cross_dataset_metrics"), ("arena_report", "metrics"),
+         ("arena_report", "fairness_metrics"), ("predictions", "probe_predictions"),
          ("probe_predictions", "image_embeddings")]
 LABEL_CHECKS = {"quarantine_rate", "label_values", "rule_consistency", "split_leakage", "row_accounting",
                 "referable_implies_any_dr", "metadata_coverage", "patient_ids", "degenerate_tasks", "split_has_test"}

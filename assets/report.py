@@ -93,7 +93,7 @@ def report_inputs(storage: FocusStorage, registered: Registered):
         frames = [storage.read_partition(layout.SAMPLES, dataset) for dataset in datasets]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
-    header = [f"code {code_version()} · metric rows {len(metrics)} · tables {storage.duckdb.database} · "
+    header = [f"code {code_version()} · metric rows {len(metrics)} · tables {storage.tables_url} · "
               f"lineage stamps read: {len(sources)} (manifest.json)"]
     return ReportInputs(metrics, unavailable if unavailable is not None else pd.DataFrame(), effects, models,
                         list(registered.dataset_keys), read_samples, sources, header)

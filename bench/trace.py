@@ -30,10 +30,10 @@ KINDS = {
 }
 
 
-def metric_ids(database: Path) -> dict[str, str]:
-    import duckdb
+def metric_ids(tables: Path) -> dict[str, str]:
+    from resources.tables import TableStore
 
-    with duckdb.connect(str(database), read_only=True) as con:
+    with TableStore(str(tables)).views() as con:
         found = {}
         for kind, where in KINDS.items():
             row = con.execute(f"SELECT metric_id FROM metrics.values WHERE {where} ORDER BY metric_id LIMIT 1").fetchone()
@@ -58,13 +58,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "trace_cpu_2core.json")
     args = parser.parse_args()
-    database = args.home / "focus.duckdb"
-    if not database.exists():
+    tables = args.home / "artifacts" / "tables"
+    if not (tables / "tables" / "metrics.values").exists():
         raise SystemExit(f"no demo instance at {args.home}: run `make demo` first (or pass --home).")
     env = dict(os.environ, FOCUS_HOME=str(args.home.resolve()), DAGSTER_DISABLE_TELEMETRY="1")
     env.pop("DAGSTER_HOME", None)
     figures = {}
-    for kind, metric_id in metric_ids(database).items():
+    for kind, metric_id in metric_ids(tables).items():
         runs = [time_trace(metric_id, env) for _ in range(args.repeat)]
         seconds = [s for s, _ in runs]
         result = runs[-1][1]

@@ -13,7 +13,8 @@ FOCUS_CONFIG) maps dataset keys to the local roots of real copies:
     models: [efficientnet_lite0, {id: medgemma_4b, path: /weights/medgemma-4b-it}]
     questions: {version: site-1, tasks: {gon: "..."}}   # yes/no questions for multimodal LLMs (optional)
     image_check: header                 # none | header | full
-    executor: in_process                # in_process (default) | multiprocess: how a run executes its steps
+    executor: in_process                # in_process (default) | multiprocess | k8s: how a run executes its steps
+    kubernetes: {gpu_node_selector: {nvidia.com/gpu.present: "true"}}   # step pods under executor k8s (deploy/)
     lora: {train_datasets: [brset], settings: {learning_rate: 2.0e-5}}   # LoRA adapters (focus_dagster/adapter_plan.py)
 
 Only the datasets listed are registered (they become the dataset partitions). Relative paths are
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,10 +41,11 @@ DEFAULT_HOME = ".focus"
 DEFAULT_OBSERVE_CRON = "0 3 * * *"
 DEFAULT_REFRESH_SECONDS = 60  # how often the automation sensor evaluates the graph
 _TOP_LEVEL_KEYS = {"datasets", "synthetic", "release", "splits", "image_check", "models", "questions", "executor",
-                   "lora"}
+                   "lora", "tables", "kubernetes"}
 # in_process: every step of a run in the run's own process (fast small steps); multiprocess: one process per
-# step (steps of a run in parallel, each paying its own imports).
-EXECUTORS = ("in_process", "multiprocess")
+# step (steps of a run in parallel, each paying its own imports); k8s: one Kubernetes Job per step, its pod
+# shaped by `kubernetes:` (GPU steps on GPU nodes; assets/kubernetes.py, deploy/README.md).
+EXECUTORS = ("in_process", "multiprocess", "k8s")
 _SYNTHETIC_KEYS = {"per_dataset", "seed", "scale"}
 _RELEASE_KEYS = {"observe_cron", "content_hash", "refresh_seconds"}
 _SPLITS_KEYS = {"dir", "seed"}
@@ -72,7 +75,9 @@ class FocusConfig:
     models: tuple | None = None  # model entries of focus.yaml (ids or mappings); None = the default models
     questions: Mapping | None = None  # yes/no questions replacing the registry's (see focus_dagster/questions.py)
     lora: LoraPlan = field(default_factory=LoraPlan)  # which LoRA adapters, trained how
+    kubernetes: KubernetesSettings = field(default_factory=lambda: KubernetesSettings())  # step pods (executor k8s)
     source: Path | None = None  # the focus.yaml it came from, if any
+    tables_url: str | None = None  # where the tables live: a folder or an fsspec URL (s3://...); None: artifacts/tables
 
     @property
     def dataset_keys(self) -> list[str]:
@@ -85,6 +90,11 @@ class FocusConfig:
     @property
     def artifacts(self) -> Path:
         return self.home / "artifacts"
+
+    @property
+    def tables(self) -> str:
+        """The table store (resources/tables.py): `tables:` of focus.yaml, by default a folder in the artifacts."""
+        return self.tables_url or str(self.artifacts / "tables")
 
     @property
     def synthetic_dir(self) -> Path:
@@ -130,6 +140,8 @@ class FocusConfig:
             document["questions"] = dict(self.questions)
         if self.lora != LoraPlan():
             document["lora"] = self.lora.to_document()
+        if self.kubernetes != KubernetesSettings():
+            document["kubernetes"] = self.kubernetes.to_document()
         return document
 
 
@@ -184,8 +196,21 @@ def parse_config(raw: Any, home: Path, source: Path | None = None) -> FocusConfi
         models=_parse_models(raw.get("models"), where),
         questions=_parse_questions(raw.get("questions"), where),
         lora=lora_plan(raw.get("lora"), where, list(roots)),
+        kubernetes=parse_kubernetes(raw.get("kubernetes"), where),
         source=source,
+        tables_url=_tables_url(raw.get("tables"), base, where),
     )
+
+
+def _tables_url(value, base: Path, where: str) -> str | None:
+    """`tables:` as the table store sees it: a URL with a protocol as written, a folder made absolute."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where}: tables must be a folder or a URL such as s3://bucket/focus/tables, got {value!r}.")
+    if "://" in value:
+        return value
+    return str((base / Path(value).expanduser()).resolve())
 
 
 def _parse_datasets(datasets: Any, base: Path, where: str) -> dict[str, Path | None]:
@@ -276,6 +301,117 @@ def _reject_unknown(value: Mapping, allowed: set[str], where: str, what: str) ->
     unknown = sorted(set(value) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown} in {what}; allowed: {sorted(allowed)}.")
+
+
+# --------------------------------------------------------------------------------- kubernetes:
+
+GPU_RESOURCE = "nvidia.com/gpu"
+_KUBERNETES_KEYS = {"gpu_node_selector", "gpu_tolerations", "gpu_resources", "cpu_resources"}
+_TOLERATION_KEYS = {"key", "operator", "value", "effect", "tolerationSeconds"}
+_TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# A Kubernetes quantity, as the API server reads it: 2, 0.5, 500m, 16Gi, 1e3.
+_QUANTITY = re.compile(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?$")
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    """What each step's pod asks Kubernetes for under `executor: k8s` (assets/kubernetes.py turns it into pods).
+
+    A GPU step (the `gpu` pool) asks for `gpu_resources`, a GPU included, on a node matching `gpu_node_selector`,
+    tolerating `gpu_tolerations`; every other step asks for `cpu_resources` only, so the GPU nodes' taint keeps
+    it off them. The defaults match the label and taint NVIDIA's GPU operator puts on GPU nodes. Each key of
+    `kubernetes:` replaces its default whole; tolerations are written as in a pod spec.
+    """
+
+    gpu_node_selector: Mapping[str, str] = field(default_factory=lambda: {"nvidia.com/gpu.present": "true"})
+    gpu_tolerations: tuple = field(
+        default_factory=lambda: ({"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},))
+    gpu_resources: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: {
+        "requests": {"cpu": "4", "memory": "16Gi", GPU_RESOURCE: "1"},
+        "limits": {"cpu": "8", "memory": "32Gi", GPU_RESOURCE: "1"}})
+    cpu_resources: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: {
+        "requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "2", "memory": "8Gi"}})
+
+    def to_document(self) -> dict:
+        return {"gpu_node_selector": dict(self.gpu_node_selector),
+                "gpu_tolerations": [dict(toleration) for toleration in self.gpu_tolerations],
+                "gpu_resources": {part: dict(amounts) for part, amounts in self.gpu_resources.items()},
+                "cpu_resources": {part: dict(amounts) for part, amounts in self.cpu_resources.items()}}
+
+
+def parse_kubernetes(raw: Any, where: str) -> KubernetesSettings:
+    """The `kubernetes:` block of focus.yaml (optional): plain data, checked the way the API server would."""
+    default = KubernetesSettings()
+    if raw is None:
+        return default
+    _expect_mapping(raw, where, "kubernetes")
+    _reject_unknown(raw, _KUBERNETES_KEYS, where, "kubernetes")
+    selector = raw.get("gpu_node_selector", default.gpu_node_selector)
+    _expect_mapping(selector, where, "kubernetes.gpu_node_selector")
+    for label, value in selector.items():
+        if not isinstance(label, str) or not label or not isinstance(value, str):
+            raise ConfigError(f"{where}: kubernetes.gpu_node_selector maps node labels to strings; got {label!r}: "
+                              f"{value!r} (quote values such as \"true\").")
+    gpu = _resources(raw.get("gpu_resources", default.gpu_resources), where, "kubernetes.gpu_resources")
+    cpu = _resources(raw.get("cpu_resources", default.cpu_resources), where, "kubernetes.cpu_resources")
+    gpus = gpu.get("limits", {}).get(GPU_RESOURCE)
+    if gpus is None or not gpus.isdigit() or int(gpus) < 1:
+        raise ConfigError(f"{where}: kubernetes.gpu_resources.limits must ask for {GPU_RESOURCE} (a whole number "
+                          f">= 1), got {gpus!r}; e.g. limits: {{{GPU_RESOURCE}: 1, cpu: 8, memory: 32Gi}}.")
+    if gpu.get("requests", {}).get(GPU_RESOURCE, gpus) != gpus:
+        raise ConfigError(f"{where}: kubernetes.gpu_resources: Kubernetes needs the {GPU_RESOURCE} request to equal "
+                          f"its limit ({gpus}); drop it from requests or make them equal.")
+    asked = sorted({name for amounts in cpu.values() for name in amounts if "gpu" in name.lower()})
+    if asked:
+        raise ConfigError(f"{where}: kubernetes.cpu_resources asks for {asked}; CPU steps get no GPU (GPU steps "
+                          "take kubernetes.gpu_resources).")
+    return KubernetesSettings(gpu_node_selector=dict(selector), gpu_resources=gpu, cpu_resources=cpu,
+                              gpu_tolerations=_tolerations(raw.get("gpu_tolerations", default.gpu_tolerations),
+                                                           where))
+
+
+def _resources(raw: Any, where: str, what: str) -> dict[str, dict[str, str]]:
+    """`{requests: {...}, limits: {...}}`, every amount a Kubernetes quantity (kept as a string)."""
+    _expect_mapping(raw, where, what)
+    _reject_unknown(raw, {"requests", "limits"}, where, what)
+    parsed: dict[str, dict[str, str]] = {}
+    for part in ("requests", "limits"):
+        if part not in raw:
+            continue
+        _expect_mapping(raw[part], where, f"{what}.{part}")
+        parsed[part] = {}
+        for name, amount in raw[part].items():
+            text = None if isinstance(amount, bool) or not isinstance(amount, (int, float, str)) else str(amount)
+            if not isinstance(name, str) or text is None or not _QUANTITY.match(text):
+                raise ConfigError(f"{where}: {what}.{part}.{name} must be a Kubernetes quantity such as 2, 500m or "
+                                  f"16Gi, got {amount!r}.")
+            parsed[part][name] = text
+    return parsed
+
+
+def _tolerations(raw: Any, where: str) -> tuple:
+    what = "kubernetes.gpu_tolerations"
+    if not isinstance(raw, (list, tuple)):
+        raise ConfigError(f"{where}: {what} must be a list such as [{{key: {GPU_RESOURCE}, operator: Exists, "
+                          f"effect: NoSchedule}}], got {raw!r}.")
+    for index, toleration in enumerate(raw):
+        item = f"{what}[{index}]"
+        _expect_mapping(toleration, where, item)
+        _reject_unknown(toleration, _TOLERATION_KEYS, where, item)
+        operator, effect = toleration.get("operator", "Equal"), toleration.get("effect")
+        if operator not in ("Exists", "Equal") or (operator == "Exists" and "value" in toleration):
+            raise ConfigError(f"{where}: {item}: operator is Exists (no value) or Equal (with a value), got "
+                              f"{operator!r}.")
+        if operator == "Equal" and not toleration.get("key"):
+            raise ConfigError(f"{where}: {item}: operator Equal needs the taint's key.")
+        if not all(isinstance(toleration.get(name, ""), str) for name in ("key", "value")):
+            raise ConfigError(f"{where}: {item}: key and value are strings (quote values such as \"true\").")
+        if effect is not None and effect not in _TAINT_EFFECTS:
+            raise ConfigError(f"{where}: {item}: effect must be one of {list(_TAINT_EFFECTS)}, got {effect!r}.")
+        seconds = toleration.get("tolerationSeconds")
+        if seconds is not None and (effect != "NoExecute" or not isinstance(seconds, int) or isinstance(seconds, bool)):
+            raise ConfigError(f"{where}: {item}: tolerationSeconds is a whole number, for effect NoExecute only.")
+    return tuple(dict(toleration) for toleration in raw)
 
 
 # --------------------------------------------------------------------------------- the embedded default

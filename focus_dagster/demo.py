@@ -273,7 +273,7 @@ def _demo() -> int:
           f"{1 - overhead['step_seconds'] / wall:.0%} of the demo's {wall:.0f}s is not step compute (imports, run "
           "creation, this summary)")
     print(f"done in {wall:.1f}s" + (f"; FAILED: {', '.join(failures)}" if failures else ""))
-    print(f"  tables:    {config.database}")
+    print(f"  tables:    {config.tables}   (Parquet per partition; DuckDB views: FocusStorage.views())")
     print(f"             {layout.records_table('<dataset>')}, " + ", ".join(map(str, layout.TABLES)))
     print(f"  artifacts: {config.artifacts}")
     print("             " + ", ".join(layout.ARTIFACTS))
@@ -390,13 +390,12 @@ def dagster_overhead(instance, since: float = 0.0) -> dict:
 
 def _print_leaderboard(defs) -> None:
     """The best configuration per method and task, and one trace command to try."""
-    import duckdb
-
     from focus_dagster.evaluation.leaderboard import top_configurations
+    from resources.storage import TableMissingError
 
     try:
         best = top_configurations(defs.resources["storage"].read_table(layout.METRICS), top=1)
-    except duckdb.CatalogException:  # no metric table: every evaluation failed, and the summary said so
+    except TableMissingError:  # no metric table: every evaluation failed, and the summary said so
         return
     if best.empty:
         return

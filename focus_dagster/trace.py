@@ -44,16 +44,18 @@ def trace(metric_id: str, config, dagster_home=None, runs: bool = False) -> dict
     """The recorded chain of `metric_id` and what changed upstream since (what `--json` prints)."""
     import duckdb
 
-    if not config.database.exists():
-        raise TraceError(f"no metric tables yet at {config.database}: run `make demo` or materialise `metrics`.")
+    from resources.tables import TableStore
+
+    store = TableStore(config.tables)
+    if not store.has(layout.METRICS.qualified):
+        raise TraceError(f"no metric tables yet in {config.tables}: run `make demo` or materialise `metrics`.")
     try:
-        with duckdb.connect(str(config.database), read_only=True) as con:
+        with store.views() as con:
             state = _State(con, Path(config.artifacts))
             row = state.metric_row(metric_id)
             result = _Walk(state).chain(row)
     except duckdb.Error as exc:
-        raise TraceError(f"cannot read {config.database} ({exc}); if `dagster dev` is writing to it, try again "
-                         "when its runs have finished.") from exc
+        raise TraceError(f"cannot read the tables in {config.tables} ({exc}).") from exc
     if runs:
         _add_run_details(result["links"], dagster_home or config.dagster_home)
     return {"schema": SCHEMA_VERSION, "metric_id": metric_id, "value": row["value"], "ci": [row["ci_low"], row["ci_high"]],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import duckdb
 import pytest
 from dagster import AssetKey, DagsterInstance
 
@@ -11,6 +10,7 @@ from assets.labels import DATA_LAYER_JOB
 from focus_dagster.config import FocusConfig, SyntheticSettings
 from focus_dagster.definitions import build_definitions
 from tests.conftest import copy_tree
+from tests.tables import table_views
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ def test_records_land_in_duckdb_with_accounting_metadata(setup):
     assert len(meta["release_version"]) == 24
     [check] = check_results(result, "quarantine_rate")
     assert check.passed
-    with duckdb.connect(str(config.database), read_only=True) as con:
+    with table_views(config) as con:
         assert con.execute("SELECT count(*) FROM records.brset").fetchone()[0] == manifest.label_rows
         assert con.execute("SELECT count(*) FROM records.quarantine WHERE dataset = 'brset'").fetchone()[0] == 0
 
@@ -95,7 +95,7 @@ def test_a_broken_copy_fails_the_check_and_quarantine_rows_stay_per_dataset(setu
     assert check.metadata["rows_quarantined"].value == removed
     # Materialising another dataset replaces only its own quarantine rows.
     assert materialize(defs, instance, "mbrset").success
-    with duckdb.connect(str(config.database), read_only=True) as con:
+    with table_views(config) as con:
         quarantined = con.execute("SELECT count(*) FROM records.quarantine WHERE dataset = 'brset'").fetchone()[0]
         kept = con.execute("SELECT count(*) FROM records.brset").fetchone()[0]
         reasons = {r for (r,) in con.execute("SELECT DISTINCT reason_code FROM records.quarantine WHERE dataset = 'brset'").fetchall()}

@@ -9,13 +9,13 @@ run-level entry gets no verdict at all (never a false failure). The browser test
 from __future__ import annotations
 
 import dagster as dg
-import duckdb
 import pytest
 
 from assets.labels import DATA_LAYER_JOB
 from focus_dagster.config import FocusConfig
 from focus_dagster.definitions import build_definitions
 from tests.conftest import copy_tree
+from tests.tables import sql_edit, store_of
 
 DATASETS = ("brset", "idrid")
 GUARDED = {"dataset_records", "harmonised_labels"}
@@ -70,14 +70,12 @@ def test_every_check_is_evaluated_on_every_dataset_as_a_partitioned_run_would(bu
 def test_a_defect_in_one_dataset_fails_that_dataset_only(built):
     config, defs, instance, _ = built
     image = "(SELECT min(image_id) FROM labels.harmonised WHERE dataset = 'idrid')"
-    with duckdb.connect(str(config.database)) as con:
-        [(original,)] = con.execute(f"SELECT any_dr FROM labels.harmonised WHERE image_id = {image}").fetchall()
-        con.execute(f"UPDATE labels.harmonised SET any_dr = -1 WHERE image_id = {image}")
+    original = sql_edit(config, "labels.harmonised", "idrid",
+                        f"UPDATE labels.harmonised SET any_dr = -1 WHERE image_id = {image}")
     try:
         _, result = execute_checks_without_partition(defs, instance)
     finally:
-        with duckdb.connect(str(config.database)) as con:
-            con.execute(f"UPDATE labels.harmonised SET any_dr = ? WHERE image_id = {image}", [original])
+        store_of(config).edit("labels.harmonised", "idrid", original)
     found = verdicts(result)
     assert found[("harmonised_labels", "label_values", "idrid")] is False
     assert found[("harmonised_labels", "label_values", "brset")] is True

@@ -9,11 +9,11 @@ import json
 import re
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 import pytest
 
 from tests.conftest import require_chromium
+from tests.tables import table_views
 
 FIGURES = ("spider", "method_means", "general_vs_ophthalmic", "task_cliff", "mllm", "transfer", "reliability", "lora",
            "coverage")
@@ -42,7 +42,7 @@ def demo(tmp_path_factory):
 
 
 def _table(home: Path, sql: str) -> pd.DataFrame:
-    with duckdb.connect(str(home / "focus.duckdb"), read_only=True) as con:
+    with table_views(home) as con:
         return con.execute(sql).df()
 
 
@@ -51,7 +51,7 @@ def test_demo_runs_end_to_end_and_says_where_results_are(demo):
     included: scored in-domain and on RFMiD 2.0, and compared with its base."""
     home, _, out = demo
     assert "rfmid_2     read    50 = kept    49 + quarantined   1 | labelled    49 (native split)" in out
-    assert "FAILED" not in out and out.count("warn: ") == 2 and "make ui" in out and "focus.duckdb" in out
+    assert "FAILED" not in out and out.count("warn: ") == 2 and "make ui" in out and "artifacts/tables" in out
     assert re.search(r"lora adapter +tiny_llava\.messidor_2\.any_dr +\d+ examples, \d+ steps, loss", out), out
     assert re.search(r"adapted scores +tiny_llava\.messidor_2\.any_dr \(pipeline-check\) +\d+ rows over 2 datasets",
                      out), out
@@ -59,7 +59,7 @@ def test_demo_runs_end_to_end_and_says_where_results_are(demo):
     assert re.search(r"arena report +9 figures, 12 tables, \d+ metric ids cited: .*reports/arena/index.html", out), out
     assert (home / "dagster" / "dagster.yaml").is_file()
     assert (home / "artifacts" / "adapters" / "tiny_llava.messidor_2.any_dr" / "manifest.json").is_file()
-    with duckdb.connect(str(home / "focus.duckdb"), read_only=True) as con:
+    with table_views(home) as con:
         assert con.execute("SELECT count(*) FROM records.messidor_2").fetchone()[0] == 50
         assert con.execute("SELECT reason_code FROM records.quarantine").fetchall() == [("image_missing",)]
         assert con.execute("SELECT stage, reason_code FROM labels.rejects ORDER BY stage DESC").fetchall() == [

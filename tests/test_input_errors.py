@@ -15,6 +15,8 @@ import pytest
 from focus_dagster.datasets import read_dataset
 from focus_dagster.errors import LabelFileError, NotMaterialisedError
 
+from tests.tables import table_views
+
 # The BRSET columns the reader requires (datasets.md), in a literal header of 15 names.
 HEADER = (
     "image_id,patient_id,camera,patient_age,patient_sex,exam_eye,diabetes,DR_ICDR,macular_edema,"
@@ -174,12 +176,9 @@ def test_an_image_folder_linked_to_another_disk_is_outside_the_root(tmp_path):
 
 @pytest.fixture
 def storage(tmp_path):
-    from dagster_duckdb import DuckDBResource
-
     from resources.storage import FocusStorage
 
-    database = DuckDBResource(database=str(tmp_path / "focus.duckdb"))
-    return FocusStorage(duckdb=database, artifacts_dir=str(tmp_path / "a"))
+    return FocusStorage(tables_url=str(tmp_path / "tables"), artifacts_dir=str(tmp_path / "a"))
 
 
 def test_a_missing_labels_file_names_the_asset_partition_to_materialise(storage, tmp_path):
@@ -327,8 +326,6 @@ def test_after_a_data_layer_failure_the_embeddings_step_names_it_and_a_pickled_f
 def test_the_records_step_stores_the_image_notes_beside_the_records(tmp_path):
     """In-process: `dataset_records` writes the note of the PNG named .jpg to records.image_notes."""
     import dagster as dg
-    import duckdb
-
     from focus_dagster.config import FocusConfig
     from focus_dagster.definitions import build_definitions
 
@@ -338,6 +335,6 @@ def test_the_records_step_stores_the_image_notes_beside_the_records(tmp_path):
     defs = build_definitions(config)
     job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_selection={dg.AssetKey("dataset_records")})
     assert job.execute_in_process(partition_key="brset", instance=dg.DagsterInstance.ephemeral()).success
-    with duckdb.connect(str(config.database), read_only=True) as con:
+    with table_views(config) as con:
         rows = con.execute("SELECT image_id, note_code, source_row FROM records.image_notes").fetchall()
     assert rows == [("img02", "extension_mismatch", 2)]

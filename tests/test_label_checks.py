@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import dagster as dg
-import duckdb
 import pytest
 
 from assets.labels import DATA_LAYER_JOB
 from focus_dagster.config import FocusConfig
 from focus_dagster.definitions import build_definitions
 from tests.conftest import copy_tree
+from tests.tables import sql_edit
 
 LABELS = dg.AssetKey("harmonised_labels")
 BLOCKING = {"label_values", "rule_consistency", "split_leakage", "row_accounting"}
@@ -40,9 +40,9 @@ def run_check(config, name):
     return outcome_result(check.run(storage, "brset"), check.blocking)
 
 
-def execute(config, sql):
-    with duckdb.connect(str(config.database)) as con:
-        con.execute(sql)
+def execute(config, table: str, sql: str):
+    """Plant a defect in BRSET's rows of `table` (the checks run on BRSET)."""
+    sql_edit(config, table, "brset", sql)
 
 
 def test_sound_labels_pass_every_blocking_check_with_gx_metadata(built):
@@ -58,7 +58,7 @@ def test_sound_labels_pass_every_blocking_check_with_gx_metadata(built):
 
 def test_a_label_contradicting_its_source_columns_fails_rule_consistency(built):
     config, _, _, _ = built
-    execute(config, "UPDATE labels.harmonised SET any_dr = 1 - any_dr WHERE image_id = "
+    execute(config, "labels.harmonised", "UPDATE labels.harmonised SET any_dr = 1 - any_dr WHERE image_id = "
                     "(SELECT min(image_id) FROM labels.harmonised WHERE dataset = 'brset')")
     verdict = run_check(config, "rule_consistency")
     assert not verdict.passed and verdict.metadata["unexpected_count"].value == 1
@@ -66,7 +66,7 @@ def test_a_label_contradicting_its_source_columns_fails_rule_consistency(built):
 
 def test_a_patient_in_two_splits_fails_split_leakage(built):
     config, _, _, _ = built
-    execute(config, """UPDATE labels.harmonised SET split = CASE split WHEN 'test' THEN 'train' ELSE 'test' END
+    execute(config, "labels.harmonised", """UPDATE labels.harmonised SET split = CASE split WHEN 'test' THEN 'train' ELSE 'test' END
                        WHERE image_id = (SELECT min(image_id) FROM labels.harmonised
                                          WHERE patient_id IN (SELECT patient_id FROM labels.harmonised
                                                               GROUP BY patient_id HAVING count(*) > 1))""")
@@ -76,7 +76,7 @@ def test_a_patient_in_two_splits_fails_split_leakage(built):
 
 def test_a_lost_reject_fails_row_accounting(built):
     config, _, _, _ = built
-    execute(config, "DELETE FROM labels.rejects WHERE image_id = (SELECT min(image_id) FROM labels.rejects)")
+    execute(config, "labels.rejects", "DELETE FROM labels.rejects WHERE image_id = (SELECT min(image_id) FROM labels.rejects)")
     assert not run_check(config, "row_accounting").passed
 
 

@@ -15,6 +15,7 @@ from focus_dagster.config import FocusConfig
 from focus_dagster.definitions import build_definitions
 from focus_dagster.adapter_plan import LoraPlan
 from tests.conftest import copy_tree
+from tests.tables import table_views
 
 # Two optimizer steps of two micro-batches of two: enough to see every part of training, cheap on a CPU.
 SMALL = {"max_steps": 2, "micro_batch": 2, "accumulation": 2, "learning_rate": 1e-3}
@@ -121,9 +122,7 @@ def test_adapted_scores_join_the_predictions_as_their_own_method(world):
         partition_key="brset", instance=instance, run_config={"ops": {op: {"config": {"n_resamples": 50}} for op in
                                                                        ("metrics", "fairness_metrics",
                                                                         "quality_metrics")}}).success
-    import duckdb
-
-    with duckdb.connect(str(config.database), read_only=True) as con:
+    with table_views(config) as con:
         samples = con.execute("SELECT * FROM predictions.samples WHERE method = 'yes_no_lora'").df()
         unavailable = con.execute("SELECT * FROM predictions.unavailable WHERE method = 'yes_no_lora'").df()
         metrics = con.execute("SELECT * FROM metrics.values WHERE method = 'yes_no_lora' AND metric = 'auroc' "
@@ -175,9 +174,7 @@ def test_lora_effects_pair_adapted_and_base_scores_on_the_same_images(world):
                                                                    run_config=fast).success
     result = defs.resolve_job_def(LORA_EFFECTS_JOB).execute_in_process(
         instance=instance, run_config={"ops": {"lora_effects": {"config": {"n_resamples": 200}}}})
-    import duckdb
-
-    with duckdb.connect(str(config.database), read_only=True) as con:
+    with table_views(config) as con:
         effects = con.execute("SELECT * FROM metrics.lora_effects").df()
         samples = con.execute("SELECT * FROM predictions.samples WHERE split = 'test' AND task = 'any_dr' AND "
                               "method IN ('yes_no', 'yes_no_lora')").df()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dagster as dg
-import duckdb
 import pandas as pd
 import pytest
 
@@ -12,6 +11,7 @@ from assets.models import EMBEDDINGS_JOB, ZERO_SHOT_JOB
 from focus_dagster.config import FocusConfig
 from focus_dagster.definitions import build_definitions
 from tests.conftest import copy_tree
+from tests.tables import table_views
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_zero_shot_scores_are_probabilities_per_task(world):
     config, defs, instance = world
     materialize(defs, instance, EMBEDDINGS_JOB, "tiny_clip")
     meta = materialize(defs, instance, ZERO_SHOT_JOB, "tiny_clip")
-    with duckdb.connect(str(config.database), read_only=True) as con:
+    with table_views(config) as con:
         scores = con.execute("SELECT task, score FROM predictions.zero_shot").df()
     n = len(labelled(config))
     assert meta["dagster/row_count"] == 3 * n and sorted(scores["task"].unique()) == ["any_dr", "gon", "referable_dr"]

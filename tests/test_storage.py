@@ -1,19 +1,22 @@
-"""FocusStorage: typed tables, per-partition replacement, and no connection left open."""
+"""FocusStorage: tables as Parquet files per partition, replaced per partition in commits that readers see whole,
+shared by concurrent writers, in a folder or an fsspec store."""
 
 from __future__ import annotations
 
-import duckdb
+import multiprocessing
+from pathlib import Path
+
 import pandas as pd
 import pytest
-from dagster_duckdb import DuckDBResource
 
-from resources.layout import QUARANTINE, Table
+from resources.layout import METRICS, QUARANTINE, SAMPLES, UNAVAILABLE, Table
 from resources.storage import FocusStorage
+from resources.tables import KEEP_FILES, TableStore
 
 
 @pytest.fixture
 def storage(tmp_path):
-    return FocusStorage(duckdb=DuckDBResource(database=str(tmp_path / "db" / "focus.duckdb")), artifacts_dir=str(tmp_path / "a"))
+    return FocusStorage(tables_url=str(tmp_path / "tables"), artifacts_dir=str(tmp_path / "a"))
 
 
 def quarantine(dataset, n):
@@ -36,12 +39,13 @@ def test_replace_partition_touches_only_its_partition(storage):
     assert counts == {"a": 1, "b": 2}
 
 
-def test_replace_table_keeps_types_of_all_null_columns(storage, tmp_path):
+def test_replace_table_keeps_types_of_all_null_columns(storage):
     frame = pd.DataFrame({"image_id": ["x", "y"], "patient_id": [None, None], "grade": pd.array([1, None], dtype="Int64")})
     storage.replace_table(Table("records", "g1020"), frame)
     storage.replace_table(Table("records", "g1020"), frame.assign(patient_id=["p1", None]))
-    with duckdb.connect(str(tmp_path / "db" / "focus.duckdb"), read_only=True) as con:  # no writer left holding it
-        types = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'g1020'").fetchall())
+    with storage.views() as con:
+        types = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns "
+                                 "WHERE table_name = 'g1020'").fetchall())
         assert con.execute("SELECT patient_id FROM records.g1020 ORDER BY image_id").fetchall() == [("p1",), (None,)]
     assert types == {"image_id": "VARCHAR", "patient_id": "VARCHAR", "grade": "BIGINT"}
 
@@ -78,14 +82,129 @@ def test_a_table_from_an_earlier_version_gains_the_new_columns(storage):
     assert table["stage"].tolist() == [None, None, "records"]  # old rows: null in the new column
 
 
-def test_a_column_typed_as_numbers_by_an_empty_first_partition_takes_the_type_of_its_first_values(storage, tmp_path):
-    """A dataset with no predictions at all wrote first: pandas typed its empty id column as float, the table was
-    created with DOUBLE, and every later dataset failed with "Could not convert string ... to DOUBLE"."""
+def test_a_column_typed_as_numbers_by_an_empty_first_partition_takes_the_type_of_its_first_values(storage):
+    """A dataset with no predictions at all wrote first: pandas typed its empty id column as float; the ids of the
+    datasets written later stay text."""
     empty = quarantine("a", 0).assign(lineage_id=pd.Series([], dtype="float64"))
     storage.replace_partition(QUARANTINE, "a", empty)
     storage.replace_partition(QUARANTINE, "b", quarantine("b", 2).assign(lineage_id=["ad63d9818c75", "076b7d66a146"]))
     assert storage.read_table(QUARANTINE)["lineage_id"].tolist() == ["ad63d9818c75", "076b7d66a146"]
-    # A column that already holds values elsewhere keeps its type: a wrong value still fails, loudly.
-    with pytest.raises(duckdb.ConversionException):
-        storage.replace_partition(QUARANTINE, "c", quarantine("c", 1).assign(source_row=["not a number"]))
-    assert sorted(storage.read_table(QUARANTINE)["dataset"]) == ["b", "b"]  # the failed write changed nothing
+
+
+def _stamp(asset: str, partition: str, version: str) -> dict:
+    return {"asset": asset, "partition": partition, "run_id": f"run-{version}", "version": version,
+            "code_version": "test", "facts": {}, "inputs": {}}
+
+
+def _predictions(storage, version: str, rows: int) -> None:
+    samples = pd.DataFrame({"image_id": [f"i{k}" for k in range(rows)], "version": version, "partition": "idrid"})
+    unavailable = pd.DataFrame({"reason": [f"r-{version}"], "partition": "idrid"})
+    storage.replace_partitions([(SAMPLES, "idrid", samples), (UNAVAILABLE, "idrid", unavailable)],
+                               stamp=_stamp("predictions", "idrid", version))
+
+
+def test_a_stamped_read_sees_one_commit_of_its_asset_partition(storage):
+    _predictions(storage, "v1", 3)
+    _predictions(storage, "v2", 5)
+    (samples, unavailable), stamp = storage.read_stamped([(SAMPLES, "idrid"), (UNAVAILABLE, "idrid")],
+                                                         "predictions", "idrid")
+    assert stamp["version"] == "v2" and set(samples["version"]) == {"v2"} and len(samples) == 5
+    assert unavailable["reason"].tolist() == ["r-v2"]
+    assert storage.current_stamp("predictions", "idrid") == stamp and storage.stamp(
+        storage.store.current("predictions", "idrid")["stamp_id"]) == stamp
+
+
+def test_a_write_killed_before_its_pointers_leaves_the_last_commit_whole(storage, monkeypatch):
+    _predictions(storage, "v1", 3)
+    store = TableStore(storage.tables_url)
+    real_put = TableStore._put
+
+    def dies_at_the_first_pointer(self, path, data):
+        if path.endswith(".json"):
+            raise KeyboardInterrupt("killed")  # the data files are written, no pointer is
+        real_put(self, path, data)
+
+    monkeypatch.setattr(TableStore, "_put", dies_at_the_first_pointer)
+    with pytest.raises(KeyboardInterrupt):
+        _predictions(storage, "v2", 5)
+    monkeypatch.setattr(TableStore, "_put", real_put)
+    (samples, unavailable), stamp = storage.read_stamped([(SAMPLES, "idrid"), (UNAVAILABLE, "idrid")],
+                                                         "predictions", "idrid")
+    assert stamp["version"] == "v1" and set(samples["version"]) == {"v1"} and unavailable["reason"].tolist() == ["r-v1"]
+    with storage.views() as con:
+        assert con.execute("SELECT DISTINCT version FROM predictions.samples").fetchall() == [("v1",)]
+    assert len(store.files("predictions.samples")) == 1
+    _predictions(storage, "v3", 2)  # the rerun completes
+    assert set(storage.read_partition(SAMPLES, "idrid")["version"]) == {"v3"}
+
+
+def test_superseded_files_are_collected_but_the_newest_are_kept(storage, tmp_path):
+    for version in ("v1", "v2", "v3", "v4"):
+        _predictions(storage, version, 1)
+    folder = Path(storage.tables_url) / "tables" / "predictions.samples" / "idrid"
+    assert len(list(folder.glob("*.parquet"))) == KEEP_FILES
+    assert set(storage.read_partition(SAMPLES, "idrid")["version"]) == {"v4"}
+
+
+def _writer(url: str, dataset: str, rounds: int) -> None:
+    storage = FocusStorage(tables_url=url, artifacts_dir=url)
+    for k in range(rounds):
+        frame = pd.DataFrame({"metric_id": [f"{dataset}-{k}-{j}" for j in range(50)], "round": k, "partition": dataset})
+        storage.replace_partition(METRICS, dataset, frame, stamp=_stamp("metrics", dataset, f"{dataset}-{k}"))
+
+
+def test_concurrent_writers_of_different_partitions_lose_nothing(storage):
+    datasets = [f"d{k}" for k in range(6)]
+    context = multiprocessing.get_context("spawn")
+    writers = [context.Process(target=_writer, args=(storage.tables_url, d, 5)) for d in datasets]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(120)
+        assert writer.exitcode == 0
+    table = storage.read_table(METRICS)
+    assert sorted(table["partition"].unique()) == datasets and len(table) == 50 * len(datasets)
+    assert set(table["round"]) == {4}
+    assert {key[1] for key in storage.store.current_stamps()} == set(datasets)
+
+
+def test_an_fsspec_store_takes_the_same_path(tmp_path):
+    storage = FocusStorage(tables_url="memory://focus-test/tables", artifacts_dir=str(tmp_path / "a"))
+    _predictions(storage, "v1", 2)
+    _predictions(storage, "v2", 4)
+    (samples,), stamp = storage.read_stamped([(SAMPLES, "idrid")], "predictions", "idrid")
+    assert len(samples) == 4 and stamp["version"] == "v2"
+    with storage.views() as con:
+        assert con.execute("SELECT count(*) FROM predictions.samples").fetchone()[0] == 4
+        assert con.execute("SELECT count(*) FROM lineage.current").fetchone()[0] == 1
+
+
+def test_a_home_from_before_the_parquet_store_is_migrated_on_first_use(tmp_path):
+    """The tables of focus.duckdb (the layout of earlier versions: shared tables with a partition column, and
+    lineage.stamps / lineage.current) move into the store once, with their current lineage."""
+    import duckdb
+
+    from focus_dagster import lineage
+    from focus_dagster.config import parse_config
+
+    config = parse_config({}, tmp_path)
+    stamp = _stamp("metrics", "idrid", "v-old")
+    with duckdb.connect(str(config.database)) as con:
+        con.execute("CREATE SCHEMA metrics; CREATE SCHEMA records; CREATE SCHEMA lineage")
+        con.execute("CREATE TABLE metrics.values AS SELECT * FROM (VALUES ('m-1', 0.7, 'idrid'), ('m-2', 0.6, 'brset'))"
+                    " t(metric_id, value, partition)")
+        con.execute("CREATE TABLE records.idrid AS SELECT * FROM (VALUES ('img1'), ('img2')) t(image_id)")
+        con.execute("CREATE TABLE lineage.stamps (stamp_id VARCHAR, asset VARCHAR, partition VARCHAR, run_id VARCHAR, "
+                    "version VARCHAR, stamp VARCHAR)")
+        con.execute("INSERT INTO lineage.stamps VALUES (?, 'metrics', 'idrid', 'r', 'v-old', ?)",
+                    [lineage.stamp_id(stamp), lineage.dumps(stamp)])
+        con.execute("CREATE TABLE lineage.current (asset VARCHAR, partition VARCHAR, stamp_id VARCHAR)")
+        con.execute("INSERT INTO lineage.current VALUES ('metrics', 'idrid', ?)", [lineage.stamp_id(stamp)])
+    storage = FocusStorage.from_config(config)
+    assert storage.read_partition(METRICS, "idrid")["metric_id"].tolist() == ["m-1"]
+    assert storage.read_records("idrid")["image_id"].tolist() == ["img1", "img2"]
+    (rows,), found = storage.read_stamped([(METRICS, "idrid")], "metrics", "idrid")
+    assert rows["value"].tolist() == [0.7] and found == stamp and storage.stamp(lineage.stamp_id(stamp)) == stamp
+    assert not config.database.exists() and config.database.with_name("focus.duckdb.migrated").is_file()
+    FocusStorage.from_config(config)  # a second use finds nothing to move
+    assert len(storage.store.files("metrics.values")) == 2

@@ -6,6 +6,7 @@ import json
 import dagster as dg
 
 from assets.automation import GATED_EAGER
+from assets.kubernetes import gpu_op_tags
 from assets.mllm import YesNoOutput, YesNoRunConfig, score_yes_no
 from assets.models import MODEL_GROUP, checkpoint_audit_result, checkpoint_audit_spec
 from assets.partitions import Registered, fan_out
@@ -66,6 +67,7 @@ def _adapters_asset(partitions: dg.StaticPartitionsDefinition, by_training: dg.P
               dg.AssetDep("yes_no_questions", partition_mapping=by_training)],
         group_name=MODEL_GROUP,
         pool="gpu",
+        op_tags=gpu_op_tags(registered),  # on Kubernetes: a GPU node and a GPU (assets/kubernetes.py)
         kinds={"pytorch", "safetensors"},
         automation_condition=GATED_EAGER,
         description=LORA_ADAPTERS_DESCRIPTION,
@@ -190,6 +192,7 @@ def _adapted_asset(partitions: dg.StaticPartitionsDefinition, scored: list[Evalu
               dg.AssetDep("harmonised_labels", partition_mapping=fan_out((e.dataset, e.key) for e in scored))],
         group_name=MODEL_GROUP,
         pool="gpu",
+        op_tags=gpu_op_tags(registered),  # on Kubernetes: a GPU node and a GPU (assets/kubernetes.py)
         kinds={"pytorch", "parquet"},
         automation_condition=GATED_EAGER,
         description=ADAPTED_DESCRIPTION,

@@ -9,6 +9,7 @@ import pandas as pd
 from pydantic import Field
 
 from assets.automation import GATED_EAGER
+from assets.kubernetes import gpu_op_tags
 from assets.models import (
     MODEL_GROUP,
     checkpoint_audit_result,
@@ -65,7 +66,7 @@ def definitions(registered: Registered) -> dg.Definitions:
     )
     return dg.Definitions(
         assets=[_questions_asset(registered.datasets, registered.questions),
-                _token_probabilities_asset(partitions, registered.questions)],
+                _token_probabilities_asset(partitions, registered.questions, gpu_op_tags(registered))],
         jobs=[scores],
     )
 
@@ -141,13 +142,14 @@ def _questions_table(questions) -> str:
     return "\n".join(lines)
 
 
-def _token_probabilities_asset(partitions: dg.MultiPartitionsDefinition, book: QuestionBook):
+def _token_probabilities_asset(partitions: dg.MultiPartitionsDefinition, book: QuestionBook, op_tags: dict[str, str]):
     @dg.asset(
         partitions_def=partitions,
         deps=[dg.AssetDep("yes_no_questions", partition_mapping=BY_DATASET),
               dg.AssetDep("harmonised_labels", partition_mapping=BY_DATASET)],
         group_name=MODEL_GROUP,
         pool="gpu",
+        op_tags=op_tags,  # on Kubernetes: a GPU node and a GPU (assets/kubernetes.py)
         kinds={"pytorch", "parquet"},
         automation_condition=GATED_EAGER,
         description=TOKEN_PROBABILITIES_DESCRIPTION,

@@ -4,6 +4,7 @@ import dagster as dg
 import pandas as pd
 
 from assets.automation import GATED_EAGER
+from assets.kubernetes import gpu_op_tags
 from assets.partitions import (
     BY_DATASET,
     DUAL_ENCODERS,
@@ -42,7 +43,7 @@ def definitions(registered: Registered) -> dg.Definitions:
     """image_embeddings for every VM/VLM x dataset and zero_shot_scores for every VLM x dataset, with a job each."""
     assets, jobs = [], []
     if registered.models(ENCODERS):
-        assets.append(_embeddings_asset(registered.model_partitions(ENCODERS)))
+        assets.append(_embeddings_asset(registered.model_partitions(ENCODERS), gpu_op_tags(registered)))
         jobs.append(_job(EMBEDDINGS_JOB, "image_embeddings", registered.model_partitions(ENCODERS),
                          "Image embeddings of every selected encoder (model x dataset)."))
     if registered.models(DUAL_ENCODERS):
@@ -57,12 +58,13 @@ def _job(name: str, asset: str, partitions, description: str):
                                description=description)
 
 
-def _embeddings_asset(partitions: dg.MultiPartitionsDefinition):
+def _embeddings_asset(partitions: dg.MultiPartitionsDefinition, op_tags: dict[str, str]):
     @dg.asset(
         partitions_def=partitions,
         deps=[dg.AssetDep("harmonised_labels", partition_mapping=BY_DATASET)],
         group_name=MODEL_GROUP,
         pool="gpu",
+        op_tags=op_tags,  # on Kubernetes: a GPU node and a GPU (assets/kubernetes.py)
         kinds={"pytorch", "parquet"},
         automation_condition=GATED_EAGER,
         description=EMBEDDINGS_DESCRIPTION,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from focus_dagster.config import FocusConfig
+from focus_dagster.config import FocusConfig, KubernetesSettings
 from focus_dagster.adapter_plan import LoraPlan, evaluations
 from focus_dagster.questions import QuestionBook, question_book
 from resources import ModelHub, layout
@@ -32,6 +32,7 @@ class Registered:
     specs: dict
     questions: QuestionBook
     lora: LoraPlan = LoraPlan()
+    kubernetes: KubernetesSettings = KubernetesSettings()  # the pods of GPU and CPU steps (assets/kubernetes.py)
 
     @classmethod
     def from_config(cls, config: FocusConfig) -> Registered:
@@ -40,6 +41,7 @@ class Registered:
             specs=ModelHub.from_config(config).specs(),
             questions=question_book(config.questions, str(config.source or "focus.yaml")),
             lora=config.lora,
+            kubernetes=config.kubernetes,
         )
 
     @property

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets import automation, datasets, evaluation, groups, labels, lora, mllm, models, report
+from assets.kubernetes import k8s_executor
 from assets.partitions import Registered
 from focus_dagster.config import FocusConfig, load_config
 from focus_dagster.pools import reporting_pool_waits
@@ -35,8 +36,16 @@ def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
         groups.definitions(registered.datasets),
         report.definitions(registered),
         automation.definitions(config.refresh_seconds),
-        dg.Definitions(resources=focus_resources(config), executor=EXECUTORS[config.executor]),
+        dg.Definitions(resources=focus_resources(config), executor=_executor(config)),
     )
+
+
+def _executor(config: FocusConfig):
+    """The executor focus.yaml names; `k8s`: a Kubernetes job per step, its pod from the `kubernetes:` section
+    (dagster_k8s loads only then)."""
+    if config.executor == "k8s":
+        return reporting_pool_waits(k8s_executor(config.kubernetes))
+    return EXECUTORS[config.executor]
 
 
 defs = build_definitions()

@@ -79,7 +79,6 @@ def _dataset_assets(partitions: dg.StaticPartitionsDefinition) -> list:
         partitions_def=partitions,
         deps=[dataset_release],
         group_name=DATA_GROUP,
-        pool="duckdb",
         kinds={"duckdb", "pandas"},
         automation_condition=RELEASE_CHANGED,
         description=(

@@ -187,7 +187,6 @@ def _predictions_asset(datasets: dg.StaticPartitionsDefinition, specs: dict, sco
         partitions_def=datasets,
         deps=deps,
         group_name=EVALUATION_GROUP,
-        pool="duckdb",
         kinds={"duckdb"},
         automation_condition=GATED_EAGER,
         description=PREDICTIONS_DESCRIPTION,
@@ -429,7 +428,6 @@ def _metrics_asset(datasets: dg.StaticPartitionsDefinition):
         partitions_def=datasets,
         deps=["predictions", "harmonised_labels"],
         group_name=EVALUATION_GROUP,
-        pool="duckdb",
         kinds={"duckdb"},
         automation_condition=GATED_EAGER,
         description=METRICS_DESCRIPTION,
@@ -487,7 +485,6 @@ def _cross_dataset_asset(specs: dict, encoders: list[str], registered: list[str]
     @dg.asset(
         deps=["probe_predictions", "image_embeddings", "harmonised_labels"],
         group_name=EVALUATION_GROUP,
-        pool="duckdb",
         kinds={"scikitlearn", "duckdb"},
         automation_condition=GATED_EAGER,
         description=CROSS_DESCRIPTION,
@@ -630,7 +627,6 @@ def _leaderboard_asset(with_cross: bool):
     @dg.asset(
         deps=deps,
         group_name=EVALUATION_GROUP,
-        pool="duckdb",
         kinds={"duckdb", "markdown"},
         automation_condition=GATED_EAGER,
         description=LEADERBOARD_DESCRIPTION,

@@ -55,7 +55,6 @@ def _label_assets(partitions: dg.StaticPartitionsDefinition) -> dg.AssetsDefinit
                          group_name=LABEL_GROUP, kinds={"duckdb"}, automation_condition=GATED_EAGER),
         ],
         partitions_def=partitions,
-        pool="duckdb",
     )
     def harmonise_labels(context: dg.AssetExecutionContext, datasets: DatasetRoots, storage: FocusStorage):
         key = context.partition_key

@@ -248,7 +248,6 @@ def _effects_asset(datasets: list[str]):
     @dg.asset(
         deps=["predictions"],
         group_name=EVALUATION_GROUP,
-        pool="duckdb",
         kinds={"duckdb"},
         automation_condition=GATED_EAGER,
         description=EFFECTS_DESCRIPTION,

@@ -76,7 +76,6 @@ def _questions_asset(datasets: dg.StaticPartitionsDefinition, book: QuestionBook
         partitions_def=datasets,
         deps=["harmonised_labels"],
         group_name=MODEL_GROUP,
-        pool="duckdb",
         kinds={"parquet"},
         automation_condition=GATED_EAGER,
         description=QUESTIONS_DESCRIPTION,

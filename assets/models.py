@@ -105,7 +105,6 @@ def _zero_shot_asset(partitions: dg.MultiPartitionsDefinition):
         partitions_def=partitions,
         deps=[dg.AssetDep("image_embeddings", partition_mapping=SAME_MODEL_AND_DATASET)],
         group_name=MODEL_GROUP,
-        pool="duckdb",
         kinds={"pytorch", "duckdb"},
         automation_condition=GATED_EAGER,
         description=ZERO_SHOT_DESCRIPTION,

@@ -43,7 +43,6 @@ def _report_asset(deps: list[str], registered: Registered):
     @dg.asset(
         deps=deps,
         group_name=REPORT_GROUP,
-        pool="duckdb",
         kinds={"html", "csv"},
         automation_condition=GATED_EAGER,
         description=ARENA_DESCRIPTION,

@@ -127,7 +127,6 @@ def build_label_checks(partitions: dg.PartitionsDefinition) -> list:
         name=STEP_NAME,
         specs=specs,
         can_subset=True,
-        pool="duckdb",
         description="The Great Expectations checks of one dataset's harmonised labels, evaluated together.",
     )
     def harmonised_labels_checks(context: dg.AssetCheckExecutionContext, storage: FocusStorage):

@@ -32,7 +32,6 @@ def build_record_checks(dataset_records: dg.AssetsDefinition, partitions: dg.Par
             ),
         )],
         can_subset=True,
-        pool="duckdb",
         description="The share of one dataset's label rows quarantined while reading it.",
     )
     def quarantine_rate(context: dg.AssetCheckExecutionContext, storage: FocusStorage):

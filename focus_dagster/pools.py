@@ -1,11 +1,11 @@
 """Who holds a pool, and the INFO line a step that waits for one writes into its run.
 
 Dagster says that a step waits for a pool only in a DEBUG engine event ("Step blocked by limit for pool
-duckdb"), without who holds it; a run waiting behind a dead run looked hung. Here the wait is said at INFO,
+gpu"), without who holds it; a run waiting behind a dead run looked hung. Here the wait is said at INFO,
 with the run(s) and step(s) holding the pool and whether their process is alive, in the waiting run's own
 event log (the UI shows it), as an engine event carrying the pool:
 
-    waiting for pool duckdb: held by run 1a2b3c4d-... (step harmonised_labels, job focus_data_layer, STARTED,
+    waiting for pool gpu: held by run 1a2b3c4d-... (step image_embeddings, job focus_encoder_outputs, STARTED,
     process 4242 gone)
 
 `reporting_pool_waits` wraps the code location's executor: it passes every event of the executor through and

@@ -1,7 +1,8 @@
 """`focus demo` stops on Ctrl-C and SIGTERM at once, and never waits for ever on a held pool.
 
-The setting is the one that hung it for twelve minutes: a run killed (SIGKILL) while it held the `duckdb` pool,
-and no daemon to notice. The demo's data layer waits for that pool; it says so at INFO in its run, naming the
+The setting is the one that hung it for twelve minutes: a run killed (SIGKILL) while it held a pool (then
+`duckdb`; since the tables are files per partition, `gpu` is the one pool), and no daemon to notice. The demo's
+embeddings wait for that pool; it says so at INFO in its run, naming the
 holder; a signal stops it within seconds, its run marked CANCELED and its slots freed; left alone, it stops by
 itself after FOCUS_POOL_WAIT_SECONDS, naming the holder and `focus recover`, which releases the pool. Each
 verdict is read from the instance. One small dataset: the demo reaches the wait in a few seconds.
@@ -29,7 +30,7 @@ PROMPT = 5  # seconds from the signal to the demo's exit
 
 @pytest.fixture(scope="module")
 def setting(tmp_path_factory):
-    """One tiny dataset, and the instance under FOCUS_HOME with a dead run holding `duckdb`."""
+    """One tiny dataset, and the instance under FOCUS_HOME with a dead run holding `gpu`."""
     from focus_dagster.synthetic import synthesize
 
     tmp = tmp_path_factory.mktemp("demo_signals")
@@ -43,10 +44,10 @@ def setting(tmp_path_factory):
                FOCUS_TEST_DIR=str(tmp), PYTHONPATH=str(REPO_ROOT))
     # The instance's storage is created here first: processes creating it at once can stamp its schema twice.
     with dg.DagsterInstance.from_config(str(home)) as instance:
-        holder = subprocess.Popen([sys.executable, "-c", HOLD_IN_PROCESS, "hold_duckdb_job"], cwd=REPO_ROOT,
+        holder = subprocess.Popen([sys.executable, "-c", HOLD_IN_PROCESS, "hold_gpu_job"], cwd=REPO_ROOT,
                                   env=dict(env, DAGSTER_HOME=str(home)), start_new_session=True)
         try:
-            held = wait_for(lambda: next(iter(holder_of(instance, "duckdb")), None), "the duckdb pool held", 60)
+            held = wait_for(lambda: next(iter(holder_of(instance, "gpu")), None), "the gpu pool held", 60)
         finally:
             holder.kill()
             holder.wait()
@@ -69,13 +70,13 @@ def start_demo(setting, name: str, **env) -> tuple[subprocess.Popen, Path]:
 
 
 def waiting_run(setting, process, out: Path) -> str:
-    """The demo's run whose step waits for `duckdb` (behind the dead holder), from the instance."""
+    """The demo's run whose step waits for `gpu` (behind the dead holder), from the instance."""
     def pending():
         assert process.poll() is None, out.read_text()
-        steps = setting.instance.event_log_storage.get_concurrency_info("duckdb").pending_steps
+        steps = setting.instance.event_log_storage.get_concurrency_info("gpu").pending_steps
         return next((s.run_id for s in steps if s.run_id != setting.held_by and s.assigned_timestamp is None), None)
 
-    return wait_for(pending, "the demo to wait for the duckdb pool", 90)
+    return wait_for(pending, "the demo to wait for the gpu pool", 120)
 
 
 def exits_within(process, seconds: float) -> float:
@@ -93,7 +94,7 @@ def test_a_signal_stops_the_demo_waiting_on_a_held_pool_at_once(setting, signum)
     process, out = start_demo(setting, signum.name, FOCUS_POOL_WAIT_SECONDS="600")
     run_id = waiting_run(setting, process, out)
     # The wait is said at INFO in the demo's run, naming the dead holder.
-    lines = wait_for(lambda: waiting_lines(setting.instance, run_id, "duckdb"), "the waiting line", 10)
+    lines = wait_for(lambda: waiting_lines(setting.instance, run_id, "gpu"), "the waiting line", 10)
     assert lines[0].level == logging.INFO and setting.held_by in lines[0].dagster_event.message
     assert "gone" in lines[0].dagster_event.message
     if signum == signal.SIGINT:
@@ -104,10 +105,10 @@ def test_a_signal_stops_the_demo_waiting_on_a_held_pool_at_once(setting, signum)
     text = out.read_text()
     print(f"{signum.name}: exited {took:.2f}s after the signal, code {process.returncode}")
     assert process.returncode == 128 + signum
-    assert f"interrupted by {signum.name}; run {run_id} (focus_data_layer) stopped, now CANCELED" in text, text
+    assert f"interrupted by {signum.name}; run {run_id} (focus_encoder_outputs) stopped, now CANCELED" in text, text
     assert setting.instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.CANCELED
     assert run_id not in setting.instance.event_log_storage.get_concurrency_run_ids()
-    assert holder_of(setting.instance, "duckdb") == {setting.held_by}  # the dead holder is not the demo's to touch
+    assert holder_of(setting.instance, "gpu") == {setting.held_by}  # the dead holder is not the demo's to touch
 
 
 def test_the_demo_stops_after_a_bounded_wait_and_recover_releases_the_pool(setting, monkeypatch, capsys):
@@ -116,7 +117,7 @@ def test_the_demo_stops_after_a_bounded_wait_and_recover_releases_the_pool(setti
     took = exits_within(process, 2 + 10)
     text = out.read_text()
     assert process.returncode == 1, text
-    assert "waited" in text and "pool duckdb" in text and setting.held_by in text and "focus recover" in text, text
+    assert "waited" in text and "pool gpu" in text and setting.held_by in text and "focus recover" in text, text
     assert setting.instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.FAILURE
     assert run_id not in setting.instance.event_log_storage.get_concurrency_run_ids()
 
@@ -127,7 +128,7 @@ def test_the_demo_stops_after_a_bounded_wait_and_recover_releases_the_pool(setti
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     assert main(["recover"]) == 0
     recovered = capsys.readouterr().out
-    assert f"run {setting.held_by} (hold_duckdb_job): process" in recovered, recovered
+    assert f"run {setting.held_by} (hold_gpu_job): process" in recovered, recovered
     print(f"bounded wait: the demo exited {took:.2f}s after its wait was seen; focus recover:\n{recovered}")
     assert setting.instance.get_run_by_id(setting.held_by).status == dg.DagsterRunStatus.FAILURE
-    assert not holder_of(setting.instance, "duckdb")
+    assert not holder_of(setting.instance, "gpu")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 from pathlib import Path
 
@@ -49,6 +50,29 @@ def require_chromium() -> Path:
     pytest.skip(message)
 
 
+POSTGRES_BINARIES = "/usr/lib/postgresql/*/bin"  # Debian's server binaries (initdb, pg_ctl, postgres), any version
+INSTALL_POSTGRES = "sudo apt-get install -y postgresql"
+# Words of every skip `require_postgres` makes: the terminal summary counts the skipped tests by them.
+POSTGRES_ABSENT = "is absent: the PostgreSQL instance tests start a real server from Debian's postgresql"
+
+
+def require_postgres() -> Path:
+    """The folder of PostgreSQL's server binaries (the newest version installed), for a test that starts a real
+    server: skipped on a workstation without them, failed under CI."""
+    found = [Path(path).parent for path in glob.glob(f"{POSTGRES_BINARIES}/initdb")]
+    found = [folder for folder in found if (folder / "pg_ctl").exists() and (folder / "postgres").exists()]
+    if found:
+        return max(found, key=lambda folder: _version(folder.parent.name))
+    message = f"{POSTGRES_BINARIES}/initdb {POSTGRES_ABSENT} (`{INSTALL_POSTGRES}`, as .ci/run does)"
+    if under_ci():
+        pytest.fail(f"{message}; under CI the PostgreSQL instance must be tested on a real server.", pytrace=False)
+    pytest.skip(message)
+
+
+def _version(name: str) -> tuple:
+    return tuple(int(part) if part.isdigit() else 0 for part in name.split("."))
+
+
 def needs_reference(path: Path):
     """Mark a test that needs `path` of the shared reference copy (see `require_reference`)."""
     return pytest.mark.shared_reference(Path(path))
@@ -60,15 +84,24 @@ def pytest_configure(config):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Says at the end of the run, where it is read, that the browser tests did not run and how to run them:
-    their skips are otherwise one letter among hundreds. Under xdist the workers' reports reach the controller,
-    whose summary this is, so the count covers every worker."""
-    skipped = {report.nodeid for report in terminalreporter.stats.get("skipped", [])
-               if CHROMIUM_ABSENT in _skip_reason(report)}
+    """Says at the end of the run, where it is read, that the browser tests or the PostgreSQL tests did not run
+    and how to run them: their skips are otherwise letters among hundreds. Under xdist the workers' reports reach
+    the controller, whose summary this is, so the count covers every worker."""
+    skipped = _skipped_for(terminalreporter, CHROMIUM_ABSENT)
     if skipped:
         terminalreporter.write_sep("=", "browser tests not run", yellow=True, bold=True)
         terminalreporter.write_line(f"{len(skipped)} browser test(s) skipped: {CHROMIUM} is absent. "
                                     f"To run them: {INSTALL_CHROMIUM}", yellow=True, bold=True)
+    skipped = _skipped_for(terminalreporter, POSTGRES_ABSENT)
+    if skipped:
+        terminalreporter.write_sep("=", "PostgreSQL tests not run", yellow=True, bold=True)
+        terminalreporter.write_line(f"{len(skipped)} PostgreSQL instance test(s) skipped: the PostgreSQL server "
+                                    f"({POSTGRES_BINARIES}/initdb) is absent. To run them: {INSTALL_POSTGRES}",
+                                    yellow=True, bold=True)
+
+
+def _skipped_for(terminalreporter, words: str) -> set[str]:
+    return {report.nodeid for report in terminalreporter.stats.get("skipped", []) if words in _skip_reason(report)}
 
 
 def _skip_reason(report) -> str:

@@ -1,0 +1,384 @@
+"""The PostgreSQL instance profile (deploy/postgres/), on a real PostgreSQL server.
+
+A throwaway cluster is started for this module (Debian's `postgresql` server binaries, which .ci/run installs;
+without them the tests are skipped on a workstation, fail under CI, and `make test` ends by saying so). The
+platform is pointed at it as a user would point it at theirs: FOCUS_INSTANCE=postgres and the FOCUS_PG_*
+variables, password included (the cluster checks it: scram-sha-256 over TCP). Then, on that one instance:
+
+- `focus demo` builds the graph (two small look-alikes, the seeded tiny ViT, `executor: multiprocess`; the
+  demo executes each run in its own process, Dagster's execute_in_process, whatever the executor);
+- the automation daemon ticks the `focus_refresh` sensor;
+- two runs launched from the command line execute at once, each step in its own process (the multiprocess
+  executor), sharing the `gpu` pool through the instance;
+
+and every verdict is read back from PostgreSQL itself (SQL on Dagster's tables), with the instance folder
+checked to hold no SQLite database: nothing went to the local default by mistake.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from focus_dagster.instance import REPO_ROOT
+from tests.conftest import require_postgres
+
+PROFILE = REPO_ROOT / "deploy" / "postgres" / "dagster.yaml"
+BIN = Path(sys.executable).parent
+DB, USER = "focus_dagster", "focus"
+DATASETS = ("idrid", "messidor_2")
+FOCUS_YAML = """\
+datasets: {idrid: synthetic, messidor_2: synthetic}
+models: [tiny_vit]
+synthetic: {per_dataset: 24, seed: 3, scale: 0.04}
+release: {refresh_seconds: 2}
+executor: multiprocess
+"""
+# What the demo materialises on two datasets with one vision model, and the data layer's checks.
+DEMO_ASSETS = {"dataset_records", "harmonised_labels", "label_rejects", "image_embeddings", "probe_predictions",
+               "predictions", "metrics", "cross_dataset_metrics", "leaderboard", "arena_report"}
+LABEL_CHECKS = {"quarantine_rate", "label_values", "rule_consistency", "split_leakage", "row_accounting"}
+SQLITE = b"SQLite format 3\x00"
+
+
+# --- the server ------------------------------------------------------------------------------------------------
+
+def _server_user() -> tuple[list[str], int, int]:
+    """How to run the server's commands (PostgreSQL refuses root), and the uid/gid owning its files."""
+    if os.geteuid() != 0:
+        return [], os.getuid(), os.getgid()
+    for name in ("postgres", "nobody"):  # Debian's package creates `postgres`
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        if shutil.which("runuser"):
+            return ["runuser", "-u", name, "--"], entry.pw_uid, entry.pw_gid
+        return (["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups"], entry.pw_uid,
+                entry.pw_gid)
+    pytest.fail("running as root and neither the postgres nor the nobody user exists to run PostgreSQL")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A PostgreSQL cluster of our own: data and socket in a temporary folder, 127.0.0.1 on a free port, a
+    password-checked user, one database; stopped (fast) and removed at the end, whatever happened."""
+    binaries = require_postgres()
+    as_user, uid, gid = _server_user()
+    # Under /tmp, not pytest's tmp_path: that is private to root, and the server runs as another user.
+    tmp = Path(tempfile.mkdtemp(prefix="focus-pg-", dir="/tmp" if os.geteuid() == 0 else None))
+    os.chown(tmp, uid, gid)
+    data, log, password = tmp / "data", tmp / "server.log", secrets.token_hex(12)
+    (tmp / "pwfile").write_text(password + "\n")
+    os.chown(tmp / "pwfile", uid, gid)
+
+    def server_cmd(*args, check=True):
+        done = subprocess.run([*as_user, *map(str, args)], cwd=tmp, capture_output=True, text=True, timeout=120)
+        if check and done.returncode != 0:
+            server_log = log.read_text() if log.exists() else ""
+            pytest.fail(f"{args[0]} failed ({done.returncode}): {done.stdout}{done.stderr}\n{server_log}",
+                        pytrace=False)
+        return done
+
+    started = False
+    try:
+        server_cmd(binaries / "initdb", "-D", data, "-U", USER, f"--pwfile={tmp / 'pwfile'}", "--auth-local=trust",
+                   "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C", "--no-sync")
+        started = True  # from here on, whatever happens, stop it (pg_ctl stop does nothing if none runs)
+        for attempt in range(3):  # a free port can be taken between looking and listening
+            port = _free_port()
+            options = (f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories={tmp} -c fsync=off "
+                       "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
+            done = server_cmd(binaries / "pg_ctl", "-D", data, "-l", log, "-w", "-t", "60", "-o", options, "start",
+                              check=attempt == 2)
+            if done.returncode == 0:
+                break
+        import psycopg2
+
+        connection = psycopg2.connect(host="127.0.0.1", port=port, user=USER, password=password, dbname="postgres")
+        connection.autocommit = True
+        with connection.cursor() as cursor:
+            cursor.execute(f"CREATE DATABASE {DB}")
+        connection.close()
+        yield SimpleNamespace(host="127.0.0.1", port=port, user=USER, password=password, db=DB, log=log)
+    finally:
+        if started:
+            server_cmd(binaries / "pg_ctl", "-D", data, "-m", "fast", "-w", "-t", "60", "stop", check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def sql(server, query: str, *args) -> list[tuple]:
+    """Rows of a query on the instance's database, straight from PostgreSQL."""
+    import psycopg2
+
+    connection = psycopg2.connect(host=server.host, port=server.port, user=server.user, password=server.password,
+                                  dbname=server.db)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(query, args)
+            return cursor.fetchall()
+    finally:
+        connection.close()
+
+
+# --- the platform on it ----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def home(server, tmp_path_factory):
+    """FOCUS_HOME with the PostgreSQL profile selected, and the environment of every process of the platform."""
+    import dagster as dg
+
+    from focus_dagster.instance import prepare_dagster_home
+
+    tmp = tmp_path_factory.mktemp("postgres")
+    (tmp / "focus.yaml").write_text(FOCUS_YAML)
+    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    env.update(FOCUS_HOME=str(tmp / "home"), FOCUS_CONFIG=str(tmp / "focus.yaml"), FOCUS_INSTANCE="postgres",
+               FOCUS_PG_HOST=server.host, FOCUS_PG_PORT=str(server.port), FOCUS_PG_DB=server.db,
+               FOCUS_PG_USER=server.user, FOCUS_PG_PASSWORD=server.password, DAGSTER_DISABLE_TELEMETRY="1")
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        patch.delenv("DAGSTER_HOME", raising=False)
+        from focus_dagster.config import load_config
+
+        dagster_home = prepare_dagster_home(load_config())
+        # Dagster's tables, created once here: processes creating them at once could collide.
+        with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+            storages = {type(instance.run_storage).__name__, type(instance.event_log_storage).__name__,
+                        type(instance.schedule_storage).__name__}
+    return SimpleNamespace(tmp=tmp, dagster_home=dagster_home, env=env, storages=storages,
+                           daemon_env=dict(env, DAGSTER_HOME=str(dagster_home)))
+
+
+@pytest.fixture(scope="module")
+def demo(home):
+    """`focus demo` on the PostgreSQL instance, as a user runs it (its own process, FOCUS_INSTANCE=postgres)."""
+    done = subprocess.run([str(BIN / "focus"), "demo"], cwd=REPO_ROOT, env=home.env, capture_output=True,
+                          text=True, timeout=400)
+    return SimpleNamespace(done=done, output=done.stdout + done.stderr)
+
+
+@contextmanager
+def opened(home):
+    """The instance, opened in this process as the platform's processes open it (the connection from FOCUS_PG_*)."""
+    import dagster as dg
+
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in home.env.items():
+            if key.startswith("FOCUS_PG_"):
+                patch.setenv(key, value)
+        with dg.DagsterInstance.from_config(str(home.dagster_home)) as instance:
+            yield instance
+
+
+def sqlite_files(folder: Path) -> list[str]:
+    """Every SQLite database under `folder` (runs.db, index.db, schedules.db, ... of the local default)."""
+    found = []
+    for path in folder.rglob("*"):
+        if path.is_file() and path.stat().st_size >= len(SQLITE):
+            with open(path, "rb") as handle:
+                if handle.read(len(SQLITE)) == SQLITE:
+                    found.append(str(path.relative_to(folder)))
+    return sorted(found)
+
+
+def test_the_profile_is_the_repositorys_instance_on_postgres():
+    """The profile differs from dagster.yaml by its storage only: pools, launcher and run monitoring stay."""
+    import yaml
+
+    local, profile = yaml.safe_load((REPO_ROOT / "dagster.yaml").read_text()), yaml.safe_load(PROFILE.read_text())
+    storage = profile.pop("storage")
+    assert profile == local
+    assert set(storage) == {"postgres"}
+    db = dict(storage["postgres"]["postgres_db"])
+    assert db.pop("scheme") == "postgresql+psycopg2"  # the installed driver (SQLAlchemy 2.1 defaults to psycopg 3)
+    assert all(isinstance(value, dict) and set(value) == {"env"} for value in db.values()), db  # never literal
+    assert {value["env"] for value in db.values()} == {"FOCUS_PG_HOST", "FOCUS_PG_PORT", "FOCUS_PG_DB",
+                                                      "FOCUS_PG_USER", "FOCUS_PG_PASSWORD"}
+
+
+def test_focus_instance_selects_the_profile(tmp_path, monkeypatch):
+    from focus_dagster.errors import ConfigError
+    from focus_dagster.instance import instance_profile, prepare_dagster_home
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.delenv("FOCUS_INSTANCE", raising=False)
+    assert instance_profile() == REPO_ROOT / "dagster.yaml"
+    monkeypatch.setenv("FOCUS_INSTANCE", "postgres")
+    assert instance_profile() == PROFILE
+    home = prepare_dagster_home(SimpleNamespace(dagster_home=tmp_path / "dagster"))
+    assert (home / "dagster.yaml").read_text() == PROFILE.read_text()
+    own = tmp_path / "site" / "dagster.yaml"
+    own.parent.mkdir()
+    own.write_text("telemetry: {enabled: false}\n")
+    for value in (str(own), str(own.parent)):  # a dagster.yaml of one's own, or its folder
+        monkeypatch.setenv("FOCUS_INSTANCE", value)
+        assert instance_profile() == own
+    monkeypatch.setenv("FOCUS_INSTANCE", "postgresql")
+    with pytest.raises(ConfigError, match="postgres"):  # a typo: the error names the profiles there are
+        prepare_dagster_home(SimpleNamespace(dagster_home=tmp_path / "other"))
+    assert not (tmp_path / "other").exists()
+
+
+def test_the_demo_lands_in_postgres(home, demo, server):
+    assert demo.done.returncode == 0, demo.output[-4000:]
+    assert home.storages == {"PostgresRunStorage", "PostgresEventLogStorage", "PostgresScheduleStorage"}
+    assert (home.dagster_home / "dagster.yaml").read_text() == PROFILE.read_text()
+    assert f"instance:  {home.dagster_home}" in demo.output
+
+    runs = sql(server, "SELECT run_id, pipeline_name, status FROM runs")
+    assert runs and {status for _, _, status in runs} == {"SUCCESS"}, runs
+    jobs = {job for _, job, _ in runs}
+    assert {"observe_dataset_releases", "focus_data_layer", "focus_encoder_outputs", "focus_evaluation",
+            "focus_cross_dataset_and_leaderboard", "focus_arena_report"} <= jobs, jobs
+    partitions = sql(server, "SELECT t.value FROM run_tags t JOIN runs r ON r.run_id = t.run_id "
+                             "WHERE t.key = 'dagster/partition' AND r.pipeline_name = 'focus_data_layer'")
+    assert sorted(value for (value,) in partitions) == sorted(DATASETS)
+
+    materialised = sql(server, "SELECT asset_key, partition, count(*) FROM event_logs "
+                               "WHERE dagster_event_type = 'ASSET_MATERIALIZATION' GROUP BY asset_key, partition")
+    assets = {json.loads(key)[-1] for key, _, _ in materialised}  # asset keys are stored as JSON lists
+    assert DEMO_ASSETS <= assets, sorted(assets)
+    records = {partition for key, partition, _ in materialised if json.loads(key) == ["dataset_records"]}
+    assert records == set(DATASETS)
+
+    # Every check evaluation is an event and an execution row, with its verdict, per dataset.
+    evaluations = sql(server, "SELECT count(*) FROM event_logs WHERE dagster_event_type = 'ASSET_CHECK_EVALUATION'")
+    executions = sql(server, "SELECT asset_key, check_name, partition, execution_status FROM asset_check_executions")
+    assert evaluations[0][0] >= len(executions) > 0
+    checked = {(name, partition) for _, name, partition, status in executions if status in ("SUCCEEDED", "FAILED")}
+    assert {(name, key) for name in LABEL_CHECKS for key in DATASETS} <= checked, sorted(checked)
+
+    # Dagster reads back what SQL sees.
+    from dagster import AssetKey
+
+    with opened(home) as instance:
+        assert {run.run_id for run in instance.get_runs()} == {run_id for run_id, _, _ in runs}
+        record = instance.get_latest_materialization_event(AssetKey("leaderboard"))
+        assert record is not None and record.run_id in {run_id for run_id, _, _ in runs}
+
+    assert sqlite_files(home.dagster_home) == []
+
+
+def test_automation_ticks_land_in_postgres(home, demo, server):
+    """The daemon, on the PostgreSQL instance, ticks the `focus_refresh` sensor; the ticks are in PostgreSQL."""
+    from dagster._serdes import deserialize_value
+
+    log = open(home.tmp / "daemon.log", "w")
+    since = time.time()
+    daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=REPO_ROOT,
+                              env=home.daemon_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline, ticks = time.monotonic() + 150, []
+        while not ticks:
+            assert daemon.poll() is None, (home.tmp / "daemon.log").read_text()[-4000:]
+            assert time.monotonic() < deadline, "no finished focus_refresh tick in PostgreSQL after 150 s\n" + (
+                home.tmp / "daemon.log").read_text()[-4000:]
+            time.sleep(1)
+            rows = sql(server, "SELECT id, job_origin_id, selector_id, status, tick_body FROM job_ticks "
+                               "WHERE type = 'SENSOR' AND status IN ('SUCCESS', 'SKIPPED') ORDER BY id")
+            ticks = [(tick_id, origin, selector, status, deserialize_value(body))
+                     for tick_id, origin, selector, status, body in rows]
+            ticks = [tick for tick in ticks if tick[-1].instigator_name == "focus_refresh"]
+        heartbeats = {kind for (kind,) in sql(server, "SELECT daemon_type FROM daemon_heartbeats")}
+    finally:
+        os.killpg(daemon.pid, signal.SIGTERM)
+        try:
+            daemon.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(daemon.pid, signal.SIGKILL)
+            daemon.wait()
+        log.close()
+
+    tick_id, origin, selector, status, tick = ticks[0]
+    assert tick.timestamp >= since
+    # What the tick evaluated, asset by asset (the UI's automation history), is there too: its evaluation id is
+    # the tick's own id unless the tick was retried.
+    evaluations = sql(server, "SELECT count(*) FROM asset_daemon_asset_evaluations WHERE evaluation_id = %s",
+                      tick.auto_materialize_evaluation_id or tick_id)
+    assert evaluations[0][0] > 0, tick
+    assert "ASSET" in heartbeats, heartbeats  # the daemon that evaluates automation conditions, alive in PostgreSQL
+    with opened(home) as instance:
+        read_back = instance.get_ticks(origin, selector)
+        assert {t.status.value for t in read_back} >= {status}
+        assert {t.instigator_name for t in read_back} == {"focus_refresh"}
+    assert sqlite_files(home.dagster_home) == []
+
+
+def test_several_runs_at_once_with_the_multiprocess_executor(home, demo, server):
+    """Two runs launched together from the command line (the embeddings of each dataset, whose steps both need the
+    `gpu` pool) both succeed on the one PostgreSQL instance, overlapping in time, each step in a process of its own
+    (the multiprocess executor, as focus.yaml asks); their events and check verdicts are there, and the pool's one
+    slot, kept in PostgreSQL, let one step at a time hold it."""
+    before = {run_id for (run_id,) in sql(server, "SELECT run_id FROM runs")}
+    partitions = [f"{key}|tiny_vit" for key in DATASETS]  # dataset x model
+    commands = {partition: ["asset", "materialize", "-m", "focus_dagster.definitions", "--select", "image_embeddings",
+                            "--partition", partition] for partition in partitions}
+    processes = {name: subprocess.Popen([str(BIN / "dagster"), *args], cwd=REPO_ROOT, env=home.daemon_env,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                        start_new_session=True)
+                 for name, args in commands.items()}
+    try:
+        outputs = {name: process.communicate(timeout=300)[0] for name, process in processes.items()}
+    finally:  # a run that hangs leaves no process behind (its step processes are in its group)
+        for process in processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+    for name, process in processes.items():
+        assert process.returncode == 0, f"{name}: {outputs[name][-3000:]}"
+
+    runs = [run for run in sql(server, "SELECT r.run_id, r.status, r.start_time, r.end_time, p.value FROM runs r "
+                                       "JOIN run_tags p ON p.run_id = r.run_id AND p.key = 'dagster/partition'")
+            if run[0] not in before]
+    assert sorted(run[-1] for run in runs) == sorted(partitions), runs
+    assert {status for _, status, _, _, _ in runs} == {"SUCCESS"}, runs
+    assert max(start for _, _, start, _, _ in runs) < min(end for _, _, _, end, _ in runs), "the runs did not overlap"
+
+    found, held = {}, []
+    for run_id, _, _, _, partition in runs:
+        events = dict(sql(server, "SELECT dagster_event_type, count(*) FROM event_logs WHERE run_id = %s "
+                                  "GROUP BY dagster_event_type", run_id))
+        assert events.get("PIPELINE_SUCCESS") == 1, events  # RUN_SUCCESS, under its stored name
+        # One process per step: the multiprocess executor.
+        steps = events.get("STEP_SUCCESS", 0)
+        assert steps >= 1 and events.get("STEP_WORKER_STARTED") == steps, events
+        for (key,) in sql(server, "SELECT asset_key FROM event_logs WHERE run_id = %s AND partition = %s "
+                                  "AND dagster_event_type = 'ASSET_MATERIALIZATION'", run_id, partition):
+            found.setdefault("materialised", set()).add((json.loads(key)[-1], partition))
+        for (name,) in sql(server, "SELECT check_name FROM asset_check_executions WHERE run_id = %s AND partition = %s "
+                                   "AND execution_status = 'SUCCEEDED'", run_id, partition):
+            found.setdefault("check", set()).add((name, partition))
+        held.append(sql(server, "SELECT min(timestamp), max(timestamp) FROM event_logs WHERE run_id = %s "
+                                "AND step_key = 'image_embeddings' "
+                                "AND dagster_event_type IN ('STEP_START', 'STEP_SUCCESS')", run_id)[0])
+    assert found == {"materialised": {("image_embeddings", partition) for partition in partitions},
+                     "check": {("checkpoint_audit", partition) for partition in partitions}}, found
+
+    # The `gpu` pool: one slot, in PostgreSQL; the two steps held it one after the other, and it is free again.
+    first, second = sorted(held)
+    assert first[1] <= second[0], f"both runs computed embeddings at once: {held}"
+    assert sql(server, "SELECT concurrency_key, \"limit\" FROM concurrency_limits") == [("gpu", 1)]
+    assert sql(server, "SELECT run_id FROM concurrency_slots WHERE concurrency_key = 'gpu'") == [(None,)]
+    assert sqlite_files(home.dagster_home) == []

@@ -19,14 +19,9 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
-import secrets
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,10 +31,10 @@ import pytest
 
 from focus_dagster.instance import REPO_ROOT
 from tests.conftest import require_postgres
+from tests.postgres_server import running_postgres
 
 PROFILE = REPO_ROOT / "deploy" / "postgres" / "dagster.yaml"
 BIN = Path(sys.executable).parent
-DB, USER = "focus_dagster", "focus"
 DATASETS = ("idrid", "messidor_2")
 FOCUS_YAML = """\
 datasets: {idrid: synthetic, messidor_2: synthetic}
@@ -57,74 +52,12 @@ SQLITE = b"SQLite format 3\x00"
 
 # --- the server ------------------------------------------------------------------------------------------------
 
-def _server_user() -> tuple[list[str], int, int]:
-    """How to run the server's commands (PostgreSQL refuses root), and the uid/gid owning its files."""
-    if os.geteuid() != 0:
-        return [], os.getuid(), os.getgid()
-    for name in ("postgres", "nobody"):  # Debian's package creates `postgres`
-        try:
-            entry = pwd.getpwnam(name)
-        except KeyError:
-            continue
-        if shutil.which("runuser"):
-            return ["runuser", "-u", name, "--"], entry.pw_uid, entry.pw_gid
-        return (["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups"], entry.pw_uid,
-                entry.pw_gid)
-    pytest.fail("running as root and neither the postgres nor the nobody user exists to run PostgreSQL")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server():
-    """A PostgreSQL cluster of our own: data and socket in a temporary folder, 127.0.0.1 on a free port, a
-    password-checked user, one database; stopped (fast) and removed at the end, whatever happened."""
+    """A PostgreSQL cluster of our own (tests/postgres_server.py), stopped and removed at the end."""
     binaries = require_postgres()
-    as_user, uid, gid = _server_user()
-    # Under /tmp, not pytest's tmp_path: that is private to root, and the server runs as another user.
-    tmp = Path(tempfile.mkdtemp(prefix="focus-pg-", dir="/tmp" if os.geteuid() == 0 else None))
-    os.chown(tmp, uid, gid)
-    data, log, password = tmp / "data", tmp / "server.log", secrets.token_hex(12)
-    (tmp / "pwfile").write_text(password + "\n")
-    os.chown(tmp / "pwfile", uid, gid)
-
-    def server_cmd(*args, check=True):
-        done = subprocess.run([*as_user, *map(str, args)], cwd=tmp, capture_output=True, text=True, timeout=120)
-        if check and done.returncode != 0:
-            server_log = log.read_text() if log.exists() else ""
-            pytest.fail(f"{args[0]} failed ({done.returncode}): {done.stdout}{done.stderr}\n{server_log}",
-                        pytrace=False)
-        return done
-
-    started = False
-    try:
-        server_cmd(binaries / "initdb", "-D", data, "-U", USER, f"--pwfile={tmp / 'pwfile'}", "--auth-local=trust",
-                   "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C", "--no-sync")
-        started = True  # from here on, whatever happens, stop it (pg_ctl stop does nothing if none runs)
-        for attempt in range(3):  # a free port can be taken between looking and listening
-            port = _free_port()
-            options = (f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories={tmp} -c fsync=off "
-                       "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
-            done = server_cmd(binaries / "pg_ctl", "-D", data, "-l", log, "-w", "-t", "60", "-o", options, "start",
-                              check=attempt == 2)
-            if done.returncode == 0:
-                break
-        import psycopg2
-
-        connection = psycopg2.connect(host="127.0.0.1", port=port, user=USER, password=password, dbname="postgres")
-        connection.autocommit = True
-        with connection.cursor() as cursor:
-            cursor.execute(f"CREATE DATABASE {DB}")
-        connection.close()
-        yield SimpleNamespace(host="127.0.0.1", port=port, user=USER, password=password, db=DB, log=log)
-    finally:
-        if started:
-            server_cmd(binaries / "pg_ctl", "-D", data, "-m", "fast", "-w", "-t", "60", "stop", check=False)
-        shutil.rmtree(tmp, ignore_errors=True)
+    with running_postgres(binaries, lambda message: pytest.fail(message, pytrace=False)) as found:
+        yield found
 
 
 def sql(server, query: str, *args) -> list[tuple]:

@@ -15,6 +15,7 @@ from assets.partitions import (
 )
 from checks.conditions import WITH_ITS_ASSET
 from focus_dagster import lineage
+from focus_dagster.inference.pixel_cache import KnownHashes
 from focus_dagster.labels import defined_tasks
 from focus_dagster.models.spec import CheckpointError
 from focus_dagster.version import code_version
@@ -27,10 +28,13 @@ ZERO_SHOT_JOB = "focus_zero_shot_scores"
 EMBEDDINGS_DESCRIPTION = (
     "Frozen image embeddings of one model on one dataset: one vector per harmonised image (Parquet in the "
     "artifact store: image_id + embedding, written atomically). Computed in batches on the GPU when there is "
-    "one (bf16 autocast), images decoded in worker processes; work is kept in shards, so an interrupted run "
-    "resumes and a changed model, revision, preprocessing or label set recomputes. Metadata: n, dimension, "
-    "device, images/s, weights hash and the checkpoint audit (matched / missing / unexpected tensors), images "
-    "that could not be read, and flags for pipeline-check models and for datasets the model saw in pretraining."
+    "one (bf16 autocast), images decoded in worker processes (JPEGs on the GPU with nvJPEG when there is one); "
+    "each image is decoded once per preprocessing and its pixels kept under `pixels/<dataset>/` by content "
+    "hash, so the next model with the same input size reads pixels, not JPEGs. Work is kept in shards, so an "
+    "interrupted run resumes and a changed model, revision, preprocessing, decoder or label set recomputes. "
+    "Metadata: n, dimension, device, decoder, images/s, images read from the pixel cache vs decoded, weights "
+    "hash and the checkpoint audit (matched / missing / unexpected tensors), images that could not be read, "
+    "and flags for pipeline-check models and for datasets the model saw in pretraining."
 )
 ZERO_SHOT_DESCRIPTION = (
     "Zero-shot scores of a dual encoder: for each image and each task the dataset defines, the probability of "
@@ -83,11 +87,14 @@ def _embeddings_asset(partitions: dg.MultiPartitionsDefinition, op_tags: dict[st
         except CheckpointError as exc:
             yield dg.AssetCheckResult(check_name="checkpoint_audit", passed=False, metadata={"error": str(exc)})
             raise
+        items = image_files(datasets, dataset, labels)
         run = run_on_images(
-            encoder.embed, image_files(datasets, dataset, labels), encoder.spec.preprocess,
+            encoder.embed, items, encoder.spec.preprocess,
             work_dir=storage.artifact_path(layout.EMBEDDINGS.shards(model_id, dataset)),
             fingerprint=run_fingerprint(_fingerprint_parts(encoder)),
             device=device, progress=context.log.info,
+            pixel_cache=storage.artifact_path(layout.pixels_dir(dataset)),
+            known_hashes=labelled_hashes(items, labels, storage.artifact_path(layout.labels_file(dataset))),
         )
         frame = pd.DataFrame({"image_id": run.image_ids, "embedding": list(run.outputs)})
         stamp = model_output_stamp("image_embeddings", model_id, dataset, context.run_id, frame, encoder,
@@ -153,6 +160,15 @@ def image_files(datasets: DatasetRoots, dataset: str, labels: pd.DataFrame) -> l
     return [(image_id, str(root / path)) for image_id, path in zip(labels["image_id"], labels["image_path"])]
 
 
+def labelled_hashes(items: list[tuple[str, str]], labels: pd.DataFrame, labels_path) -> KnownHashes | None:
+    """The content hash harmonised_labels took of each image (by absolute path), valid for files not modified
+    since the labels file was written; None when the labels carry no hashes (every file is then hashed)."""
+    if "content_hash" not in labels.columns:
+        return None
+    hashes = {path: digest for (_, path), digest in zip(items, labels["content_hash"]) if isinstance(digest, str)}
+    return KnownHashes(hashes, labels_path.stat().st_mtime_ns) if hashes else None
+
+
 def checkpoint_audit_spec(asset: str, partitions: dg.PartitionsDefinition) -> dg.AssetCheckSpec:
     """The audit of one (dataset, model) partition: partitioned like its asset, so that one model's failed load
     blocks that model's outputs only, and another's clean load cannot stand for it at the gates downstream."""
@@ -187,6 +203,9 @@ def _embedding_metadata(encoder, run, dataset: str, path, sha: str) -> dict:
         "sha256": sha,
         "dimension": int(run.outputs.shape[1]) if run.outputs.size else 0,
         "dtype": "float32",
+        "decoder": run.decoder,
+        "pixels_from_cache": run.pixels_from_cache,
+        "pixels_decoded": run.pixels_decoded,
         **model_run_metadata(encoder, run, dataset),
     }
 

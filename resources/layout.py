@@ -85,6 +85,12 @@ def release_file(dataset: str) -> str:
     return f"releases/{dataset}.json"
 
 
+def pixels_dir(dataset: str) -> str:
+    """The decoded pixels of a dataset's images, kept for the next model: one folder per preprocessing, one
+    `.npy` per image content hash in it (focus_dagster/inference/pixel_cache.py)."""
+    return f"pixels/{dataset}"
+
+
 def questions_file(dataset: str) -> str:
     """The yes/no questions rendered for every image of a dataset."""
     return f"questions/{dataset}.parquet"

@@ -2,11 +2,13 @@
 (per-image score vectors) alike.
 
 `run_on_images` calls one forward function on batches of images and keeps one output row per image.
-Images are decoded and preprocessed in worker processes while the model runs; the device is chosen
-automatically (CUDA when present, with bf16 autocast); work is written in shards, so a run killed half
-way resumes without redoing finished shards, and a changed model, revision, preprocessing or image set
-gives new shard keys (stale shards are removed). An unreadable image is recorded with its reason and
-the rest continue; a CUDA out-of-memory halves the batch and retries.
+Images are decoded and preprocessed in worker processes while the model runs (on CUDA the workers read
+the bytes and the GPU decodes JPEGs a batch at a time, device_decode.py); with a pixel cache
+(pixel_cache.py) each image is decoded once per preprocessing, and the next model on the dataset reads its
+pixels. The device is chosen automatically (CUDA when present, with bf16 autocast); work is written in
+shards, so a run killed half way resumes without redoing finished shards, and a changed model, revision,
+preprocessing, decoder or image set gives new shard keys (stale shards are removed). An unreadable image is
+recorded with its reason and the rest continue; a CUDA out-of-memory halves the batch and retries.
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
 from focus_dagster.files import atomic_path
-from focus_dagster.inference.images import normalise, pixels_file
+from focus_dagster.inference.device_decode import Decoder, choose_decoder, decode_batch
+from focus_dagster.inference.images import is_jpeg, normalise, pixels_from_bytes
+from focus_dagster.inference.pixel_cache import KnownHashes, PixelCache, content_hash_of, preprocessing_key
 from focus_dagster.models.spec import Preprocess
 
 SHARD_SIZE = 512
@@ -45,6 +50,9 @@ class ImageRun:
     shards_computed: int
     images_computed: int = 0
     log: list[str] = field(default_factory=list)
+    decoder: str = ""
+    pixels_from_cache: int = 0  # images of the computed shards whose pixels were read back, not decoded
+    pixels_decoded: int = 0  # images decoded by this run (on the CPU or the device)
 
     @property
     def images_per_second(self) -> float:
@@ -84,25 +92,62 @@ def default_workers(n_images: int | None = None) -> int:
     return max(1, min(16, (os.cpu_count() or 2)))
 
 
-class ImageFiles:
-    """A torch-style dataset of preprocessed images; a file that fails to decode yields its reason."""
+class Fetched(NamedTuple):
+    """One image as a worker hands it over: its pixels, or its JPEG bytes for the device to decode, or why it
+    could not be read; `origin` says which (CACHED, DECODED, ON_DEVICE or FAILED)."""
 
-    def __init__(self, paths: Sequence[str], preprocess: Preprocess):
+    index: int
+    pixels: object  # torch uint8 [3, size, size] or None
+    encoded: object  # torch uint8 [n] (the file's bytes) or None
+    key: str  # the image's content hash where pixels are cached, else ""
+    origin: str
+    error: str = ""
+
+
+CACHED, DECODED, ON_DEVICE, FAILED = "cache", "decoded", "device", "failed"
+
+
+class ImageFiles:
+    """A torch-style dataset of images as `Fetched` items: pixels from the cache when they are there, else
+    decoded here (or, for the device decoder, the JPEG's bytes); a file that cannot be read yields its reason."""
+
+    def __init__(self, paths: Sequence[str], preprocess: Preprocess, decoder: Decoder | None = None,
+                 cache: PixelCache | None = None, hashes: KnownHashes | None = None):
         self.paths = list(paths)
         self.preprocess = preprocess
+        self.decoder = decoder or choose_decoder("cpu")
+        self.cache = cache
+        self.hashes = hashes
 
     def __len__(self) -> int:
         return len(self.paths)
 
-    def __getitem__(self, index: int):
+    def __getitem__(self, index: int) -> Fetched:
+        try:
+            return self._fetch(index)
+        except Exception as exc:  # any decoding failure is a per-image outcome, recorded, not fatal
+            return Fetched(index, None, None, "", FAILED, f"{type(exc).__name__}: {exc}")
+
+    def _fetch(self, index: int) -> Fetched:
         import torch
 
-        try:
-            array = pixels_file(self.paths[index], self.preprocess)
-            return index, torch.from_numpy(array), ""
-        except Exception as exc:  # any decoding failure is a per-image outcome, recorded, not fatal
-            size = self.preprocess.size
-            return index, torch.zeros(3, size, size, dtype=torch.uint8), f"{type(exc).__name__}: {exc}"
+        path = self.paths[index]
+        key = self.hashes.current(path) if self.cache and self.hashes else None
+        data = None
+        if self.cache and key is None:  # no hash to trust: the bytes are read (for decoding too) and hashed
+            data = Path(path).read_bytes()
+            key = content_hash_of(data)
+        if self.cache:
+            cached = self.cache.read(key)
+            if cached is not None:
+                return Fetched(index, torch.from_numpy(cached), None, key, CACHED)
+        data = Path(path).read_bytes() if data is None else data
+        if self.decoder.device and is_jpeg(data):
+            return Fetched(index, None, torch.frombuffer(bytearray(data), dtype=torch.uint8), key or "", ON_DEVICE)
+        pixels = pixels_from_bytes(data, self.preprocess, self.decoder.cpu)
+        if self.cache:
+            self.cache.write(key, pixels)
+        return Fetched(index, torch.from_numpy(pixels), None, key or "", DECODED)
 
 
 def run_fingerprint(parts: dict) -> str:
@@ -124,6 +169,9 @@ def run_on_images(
     progress: Callable[[str], None] | None = None,
     stop_after_shards: int | None = None,
     pass_ids: bool = False,
+    pixel_cache: Path | None = None,
+    known_hashes: KnownHashes | None = None,
+    decoder: Decoder | None = None,
 ) -> ImageRun:
     """Run `forward` (pixels [B, 3, H, W] -> [B, D] tensor) over `items` ((image_id, absolute path) pairs),
     in batches: an encoder's `embed` gives embeddings, a yes/no scorer gives per-image score vectors.
@@ -134,8 +182,18 @@ def run_on_images(
     Shards of `shard_size` images are written under `work_dir` as they finish; a shard whose key (the run
     fingerprint + its image ids and paths) is already there is reused. `stop_after_shards` stops early,
     as a killed run would (for tests).
+
+    `pixel_cache` (a dataset's folder in the artifact store) keeps every decoded image for the next model with
+    the same preprocessing; `known_hashes` (the labels' content hashes) spare reading and hashing files that
+    have not changed since. `decoder` is chosen from the device unless given (device_decode.choose_decoder).
     """
     device = pick_device(device)
+    decoder = decoder or choose_decoder(device)
+    cache = (PixelCache(Path(pixel_cache) / preprocessing_key(preprocess, decoder.id), preprocess.size)
+             if pixel_cache is not None else None)
+    files = partial(ImageFiles, preprocess=preprocess, decoder=decoder, cache=cache, hashes=known_hashes)
+    # Pixels from another decoder can differ in the last bit: shards of one decoder are not another's.
+    fingerprint = f"{fingerprint}:{decoder.id}"
     shard_size = shard_size or SHARD_SIZE
     batch_size = batch_size or default_batch_size(device)
     num_workers = default_workers(len(items)) if num_workers is None else num_workers
@@ -144,6 +202,7 @@ def run_on_images(
     shards = [list(items[i : i + shard_size]) for i in range(0, len(items), shard_size)]
     keys = [shard_key(fingerprint, shard) for shard in shards]
     started, reused, computed, images_computed = time.perf_counter(), 0, 0, 0
+    origins: dict[str, int] = {}
     log: list[str] = []
     say = progress or log.append
     for index, (shard, key) in enumerate(zip(shards, keys)):
@@ -153,7 +212,7 @@ def run_on_images(
             continue
         if stop_after_shards is not None and computed >= stop_after_shards:
             break
-        batch_size = _compute_shard(forward, shard, preprocess, path, device, batch_size, num_workers, pass_ids)
+        batch_size = _compute_shard(forward, shard, files, path, device, batch_size, num_workers, pass_ids, origins)
         computed += 1
         images_computed += len(shard)
         done = sum(len(s) for s in shards[: index + 1])
@@ -164,7 +223,8 @@ def run_on_images(
     _remove_stale_shards(work_dir, keys)
     ids, outputs, failed = _collect(work_dir, keys)
     return ImageRun(ids, outputs, failed, device, batch_size, time.perf_counter() - started, reused, computed,
-                        images_computed, log)
+                    images_computed, log, decoder.id, origins.get(CACHED, 0),
+                    origins.get(DECODED, 0) + origins.get(ON_DEVICE, 0))
 
 
 def shard_key(fingerprint: str, shard: Sequence[tuple[str, str]]) -> str:
@@ -181,33 +241,30 @@ def shard_key(fingerprint: str, shard: Sequence[tuple[str, str]]) -> str:
     return digest.hexdigest()[:20]
 
 
-def _compute_shard(forward, shard, preprocess, path: Path, device: str, batch_size: int, num_workers: int,
-                   pass_ids: bool = False) -> int:
-    """Run one shard and write it atomically; returns the batch size that worked (it may have halved)."""
-    import torch
-
+def _compute_shard(forward, shard, files: Callable[[list[str]], ImageFiles], path: Path, device: str, batch_size: int, num_workers: int,
+                   pass_ids: bool = False, origins: dict[str, int] | None = None) -> int:
+    """Run one shard and write it atomically; returns the batch size that worked (it may have halved).
+    `origins` counts where each image's pixels came from."""
     ids = [image_id for image_id, _ in shard]
     forward = _with_ids(forward, ids) if pass_ids else _pixels_only(forward)
-    dataset = ImageFiles([p for _, p in shard], preprocess)
+    dataset = files([p for _, p in shard])
     rows: dict[int, np.ndarray] = {}
     failures: dict[int, str] = {}
+    origins = {} if origins is None else origins
     # Workers decode small chunks (so every worker is busy even on a short shard); the model gets full batches.
-    loader = _loader(dataset, min(DECODE_CHUNK, batch_size), num_workers, device)
-    pending_pixels, pending_indices = [], []
-    for indices, pixels, errors in loader:
-        for i, error in zip(indices.tolist(), errors):
-            if error:
-                failures[i] = error
-        keep = [k for k, error in enumerate(errors) if not error]
-        pending_pixels.append(pixels[keep])
-        pending_indices += [indices[k].item() for k in keep]
-        if len(pending_indices) >= batch_size:
-            batch_size = _run_batch(forward, torch.cat(pending_pixels), pending_indices, rows, device, batch_size,
-                                    preprocess)
-            pending_pixels, pending_indices = [], []
-    if pending_indices:
-        batch_size = _run_batch(forward, torch.cat(pending_pixels), pending_indices, rows, device, batch_size,
-                                preprocess)
+    pending: list[Fetched] = []
+    for chunk in _loader(dataset, min(DECODE_CHUNK, batch_size), num_workers, device):
+        for fetched in chunk:
+            origins[fetched.origin] = origins.get(fetched.origin, 0) + 1
+            if fetched.error:
+                failures[fetched.index] = fetched.error
+            else:
+                pending.append(fetched)
+        if len(pending) >= batch_size:
+            batch_size = _run_pending(forward, pending, dataset, rows, failures, device, batch_size)
+            pending = []
+    if pending:
+        batch_size = _run_pending(forward, pending, dataset, rows, failures, device, batch_size)
     order = sorted(rows)
     matrix = np.stack([rows[i] for i in order]) if order else np.zeros((0, 0), dtype=np.float32)
     # The array keeps its first name, "embeddings", so shards written before still resume.
@@ -215,6 +272,35 @@ def _compute_shard(forward, shard, preprocess, path: Path, device: str, batch_si
         np.savez(partial, embeddings=matrix, ids=np.asarray([ids[i] for i in order], dtype=object).astype(str),
                  failed=json.dumps({ids[i]: reason for i, reason in failures.items()}))
     return batch_size
+
+
+def _run_pending(forward, pending: list[Fetched], dataset: ImageFiles, rows: dict, failures: dict, device: str,
+                 batch_size: int) -> int:
+    """Decode on the device what the workers left as bytes, then run the model on the whole batch."""
+    pixels, indices = _device_pixels(pending, dataset, failures, device)
+    return _run_batch(forward, pixels, indices, rows, device, batch_size, dataset.preprocess)
+
+
+def _device_pixels(pending: list[Fetched], dataset: ImageFiles, failures: dict, device: str):
+    """The batch's pixels on the model's device and their shard positions: the workers' pixels moved there,
+    the JPEG bytes decoded there (and written to the pixel cache)."""
+    import torch
+
+    ready = [f for f in pending if f.pixels is not None]
+    parts = [torch.stack([f.pixels for f in ready]).to(device, non_blocking=True)] if ready else []
+    indices = [f.index for f in ready]
+    encoded = [f for f in pending if f.encoded is not None]
+    if encoded:
+        decoded = decode_batch([f.encoded for f in encoded], dataset.preprocess, dataset.decoder)
+        for fetched, result in zip(encoded, decoded):
+            if isinstance(result, str):
+                failures[fetched.index] = result
+                continue
+            if dataset.cache and fetched.key:
+                dataset.cache.write(fetched.key, result.cpu().numpy())
+            parts.append(result[None].to(device))
+            indices.append(fetched.index)
+    return (torch.cat(parts) if parts else torch.zeros(0, dtype=torch.uint8)), indices
 
 
 def _with_ids(forward, ids: list[str]):
@@ -237,7 +323,13 @@ def _loader(dataset, batch_size: int, num_workers: int, device: str):
         persistent_workers=False,
         prefetch_factor=4 if num_workers else None,
         worker_init_fn=_decoder_worker,
+        collate_fn=_as_list,
     )
+
+
+def _as_list(items: list[Fetched]) -> list[Fetched]:
+    """A chunk stays a list: cached pixels, decoded pixels and JPEG bytes do not stack into one tensor."""
+    return items
 
 
 def _decoder_worker(_worker_id: int) -> None:

@@ -1,13 +1,17 @@
 """Decoding and preprocessing fundus images for a model, fast enough that the model is the bottleneck.
 
 Fundus JPEGs are 1,600-4,300 px; models want 224-518 px. Decoding the full image and then shrinking it
-wastes most of the work, so JPEGs are decoded at a reduced DCT scale (`Image.draft`) that still leaves at
-least the resolution the resize needs; the result matches a full decode followed by the same resize to
-within resampling noise.
+wastes most of the work, so JPEGs are decoded at a reduced DCT scale that still leaves at least the
+resolution the resize needs; the result matches a full decode followed by the same resize to within
+resampling noise. Two CPU decoders do this: libjpeg-turbo through `simplejpeg` (the default where it is
+installed: it decodes the bench's full-size JPEGs faster, bench/results/README.md) and Pillow's `draft`,
+which also reads every format that is not a JPEG and decides about JPEGs `simplejpeg` refuses.
 """
 
 from __future__ import annotations
 
+import io
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,15 +22,53 @@ from focus_dagster.models.spec import Preprocess
 # Resize large reductions in two steps (a box reduction, then the filter): much faster, visually the same.
 REDUCING_GAP = 3.0
 _RESAMPLE = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR, "nearest": Image.NEAREST}
+JPEG_MAGIC = b"\xff\xd8\xff"
+PIL_DECODER, TURBO_DECODER = "pil", "simplejpeg"
+CPU_DECODERS = (TURBO_DECODER, PIL_DECODER)
 
 
-def load_rgb(path: str | Path, preprocess: Preprocess) -> Image.Image:
-    """Open an image as RGB, decoding JPEGs only as finely as the preprocessing needs."""
-    image = Image.open(path)
+def is_jpeg(data: bytes) -> bool:
+    """JPEG by content (SOI marker), not by file name: some datasets file PNGs under .jpg."""
+    return bytes(data[:3]) == JPEG_MAGIC
+
+
+def default_cpu_decoder() -> str:
+    """simplejpeg where it is installed (it is a dependency; a bare environment still decodes with Pillow)."""
+    try:
+        import simplejpeg  # noqa: F401
+    except ImportError:
+        return PIL_DECODER
+    return TURBO_DECODER
+
+
+def load_rgb(source: str | Path | io.BytesIO, preprocess: Preprocess) -> Image.Image:
+    """Open an image (a path or a file object) as RGB, decoding JPEGs only as finely as the preprocessing needs."""
+    image = Image.open(source)
     if image.format == "JPEG":
         image.draft("RGB", _draft_size(image.size, preprocess))
     image = image.convert("RGB")
     return image
+
+
+def decode_rgb(data: bytes, preprocess: Preprocess, decoder: str) -> Image.Image:
+    """Encoded image bytes -> RGB at the smallest DCT scale the preprocessing allows, with `decoder` for JPEGs.
+
+    A JPEG simplejpeg cannot read (CMYK, a corrupt stream it refuses in strict mode) goes to Pillow, which
+    either reads it or raises the error that gets recorded for the image."""
+    if decoder == TURBO_DECODER and is_jpeg(data):
+        try:
+            return Image.fromarray(_turbo_decode(data, preprocess))
+        except ValueError:
+            pass
+    return load_rgb(io.BytesIO(data), preprocess)
+
+
+def _turbo_decode(data: bytes, preprocess: Preprocess) -> np.ndarray:
+    import simplejpeg
+
+    height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+    min_width, min_height = _draft_size((width, height), preprocess)
+    return simplejpeg.decode_jpeg(data, colorspace="RGB", min_width=min_width, min_height=min_height)
 
 
 def _draft_size(size: tuple[int, int], preprocess: Preprocess) -> tuple[int, int]:
@@ -42,26 +84,46 @@ def _draft_size(size: tuple[int, int], preprocess: Preprocess) -> tuple[int, int
     return max(1, int(np.ceil(w * scale))), max(1, int(np.ceil(h * scale)))
 
 
+@dataclass(frozen=True)
+class Geometry:
+    """Where an image of a given size goes: resized to `resized` (w, h), then cut at `offset` (left, top) to
+    size x size (resize_crop), or pasted at `offset` on a zero size x size canvas (pad_longest)."""
+
+    resized: tuple[int, int]
+    offset: tuple[int, int]
+    pad: bool
+
+
+def geometry(size: tuple[int, int], preprocess: Preprocess) -> Geometry:
+    """The resize of one image, shared by the CPU path and the device path so that both cut the same square."""
+    side = preprocess.size
+    w, h = size
+    if preprocess.resize == "squash":
+        return Geometry((side, side), (0, 0), pad=False)
+    if preprocess.resize == "pad_longest":
+        scale = side / max(w, h)
+        resized = (max(1, round(w * scale)), max(1, round(h * scale)))
+        return Geometry(resized, ((side - resized[0]) // 2, (side - resized[1]) // 2), pad=True)
+    scale = (preprocess.resize_to or side) / min(w, h)
+    resized = (max(side, round(w * scale)), max(side, round(h * scale)))
+    return Geometry(resized, ((resized[0] - side) // 2, (resized[1] - side) // 2), pad=False)
+
+
 def resize_for(image: Image.Image, preprocess: Preprocess) -> Image.Image:
     """Geometric preprocessing: resize + centre crop, squash, or longest side + zero padding."""
     resample = _RESAMPLE[preprocess.interpolation]
-    size = preprocess.size
-    if preprocess.resize == "squash":
-        return image.resize((size, size), resample, reducing_gap=REDUCING_GAP)
-    if preprocess.resize == "pad_longest":
-        w, h = image.size
-        scale = size / max(w, h)
-        resized = image.resize((max(1, round(w * scale)), max(1, round(h * scale))), resample, reducing_gap=REDUCING_GAP)
-        canvas = Image.new("RGB", (size, size))
-        canvas.paste(resized, ((size - resized.width) // 2, (size - resized.height) // 2))
+    side = preprocess.size
+    plan = geometry(image.size, preprocess)
+    if plan.pad:
+        canvas = Image.new("RGB", (side, side))
+        canvas.paste(image.resize(plan.resized, resample, reducing_gap=REDUCING_GAP), plan.offset)
         return canvas
-    short = preprocess.resize_to or size
-    w, h = image.size
-    scale = short / min(w, h)
-    resized = image.resize((max(size, round(w * scale)), max(size, round(h * scale))), resample,
-                           reducing_gap=REDUCING_GAP)
-    left, top = (resized.width - size) // 2, (resized.height - size) // 2
-    return resized.crop((left, top, left + size, top + size))
+    # Only the pixels of the crop are computed: the source box of the crop, resized straight to the square,
+    # gives the same filter taps as resizing everything and cropping, for about half the work.
+    sx, sy = image.width / plan.resized[0], image.height / plan.resized[1]
+    left, top = plan.offset
+    box = (left * sx, top * sy, (left + side) * sx, (top + side) * sy)
+    return image.resize((side, side), resample, box=box, reducing_gap=REDUCING_GAP)
 
 
 def to_array(image: Image.Image, preprocess: Preprocess) -> np.ndarray:
@@ -74,19 +136,26 @@ def to_array(image: Image.Image, preprocess: Preprocess) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
-def preprocess_file(path: str | Path, preprocess: Preprocess) -> np.ndarray:
-    """One image file -> the model's input array [3, size, size]."""
-    return to_array(resize_for(load_rgb(path, preprocess), preprocess), preprocess)
+def pixels_from_bytes(data: bytes, preprocess: Preprocess, decoder: str | None = None) -> np.ndarray:
+    """Encoded image bytes -> resized uint8 pixels [3, size, size] (`decoder`: one of CPU_DECODERS, default
+    the fastest installed)."""
+    image = resize_for(decode_rgb(data, preprocess, decoder or default_cpu_decoder()), preprocess)
+    return np.ascontiguousarray(np.asarray(image, dtype=np.uint8).transpose(2, 0, 1))
 
 
-def pixels_file(path: str | Path, preprocess: Preprocess) -> np.ndarray:
+def pixels_file(path: str | Path, preprocess: Preprocess, decoder: str | None = None) -> np.ndarray:
     """One image file -> resized uint8 pixels [3, size, size]; `normalise` finishes the job batch-wise.
 
     Worker processes hand over uint8 (a quarter of the bytes of float32) and the scaling happens once per
     batch on the model's device instead of once per image on a busy CPU.
     """
-    array = np.asarray(resize_for(load_rgb(path, preprocess), preprocess), dtype=np.uint8)
-    return np.ascontiguousarray(array.transpose(2, 0, 1))
+    return pixels_from_bytes(Path(path).read_bytes(), preprocess, decoder)
+
+
+def preprocess_file(path: str | Path, preprocess: Preprocess, decoder: str | None = None) -> np.ndarray:
+    """One image file -> the model's input array [3, size, size], as the engine computes it."""
+    pixels = pixels_file(path, preprocess, decoder)
+    return to_array(Image.fromarray(pixels.transpose(1, 2, 0)), preprocess)
 
 
 def normalise(pixels, preprocess: Preprocess):

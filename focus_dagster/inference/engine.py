@@ -255,16 +255,17 @@ def _compute_shard(forward, shard, files: Callable[[list[str]], ImageFiles], pat
     pending: list[Fetched] = []
     for chunk in _loader(dataset, min(DECODE_CHUNK, batch_size), num_workers, device):
         for fetched in chunk:
-            origins[fetched.origin] = origins.get(fetched.origin, 0) + 1
+            if fetched.origin != ON_DEVICE:  # those count once the device has decoded them
+                _count(origins, fetched.origin)
             if fetched.error:
                 failures[fetched.index] = fetched.error
             else:
                 pending.append(fetched)
         if len(pending) >= batch_size:
-            batch_size = _run_pending(forward, pending, dataset, rows, failures, device, batch_size)
+            batch_size = _run_pending(forward, pending, dataset, rows, failures, origins, device, batch_size)
             pending = []
     if pending:
-        batch_size = _run_pending(forward, pending, dataset, rows, failures, device, batch_size)
+        batch_size = _run_pending(forward, pending, dataset, rows, failures, origins, device, batch_size)
     order = sorted(rows)
     matrix = np.stack([rows[i] for i in order]) if order else np.zeros((0, 0), dtype=np.float32)
     # The array keeps its first name, "embeddings", so shards written before still resume.
@@ -274,14 +275,14 @@ def _compute_shard(forward, shard, files: Callable[[list[str]], ImageFiles], pat
     return batch_size
 
 
-def _run_pending(forward, pending: list[Fetched], dataset: ImageFiles, rows: dict, failures: dict, device: str,
-                 batch_size: int) -> int:
+def _run_pending(forward, pending: list[Fetched], dataset: ImageFiles, rows: dict, failures: dict,
+                 origins: dict[str, int], device: str, batch_size: int) -> int:
     """Decode on the device what the workers left as bytes, then run the model on the whole batch."""
-    pixels, indices = _device_pixels(pending, dataset, failures, device)
+    pixels, indices = _device_pixels(pending, dataset, failures, origins, device)
     return _run_batch(forward, pixels, indices, rows, device, batch_size, dataset.preprocess)
 
 
-def _device_pixels(pending: list[Fetched], dataset: ImageFiles, failures: dict, device: str):
+def _device_pixels(pending: list[Fetched], dataset: ImageFiles, failures: dict, origins: dict[str, int], device: str):
     """The batch's pixels on the model's device and their shard positions: the workers' pixels moved there,
     the JPEG bytes decoded there (and written to the pixel cache)."""
     import torch
@@ -295,12 +296,18 @@ def _device_pixels(pending: list[Fetched], dataset: ImageFiles, failures: dict, 
         for fetched, result in zip(encoded, decoded):
             if isinstance(result, str):
                 failures[fetched.index] = result
+                _count(origins, FAILED)
                 continue
+            _count(origins, ON_DEVICE)
             if dataset.cache and fetched.key:
                 dataset.cache.write(fetched.key, result.cpu().numpy())
             parts.append(result[None].to(device))
             indices.append(fetched.index)
     return (torch.cat(parts) if parts else torch.zeros(0, dtype=torch.uint8)), indices
+
+
+def _count(origins: dict[str, int], origin: str) -> None:
+    origins[origin] = origins.get(origin, 0) + 1
 
 
 def _with_ids(forward, ids: list[str]):

@@ -25,6 +25,8 @@ _RESAMPLE = {"bicubic": Image.BICUBIC, "bilinear": Image.BILINEAR, "nearest": Im
 JPEG_MAGIC = b"\xff\xd8\xff"
 PIL_DECODER, TURBO_DECODER = "pil", "simplejpeg"
 CPU_DECODERS = (TURBO_DECODER, PIL_DECODER)
+# The JPEG colour spaces whose RGB simplejpeg computes exactly as Pillow does (tests/test_decoders.py).
+_TURBO_COLORSPACES = ("YCbCr", "Gray")
 
 
 def is_jpeg(data: bytes) -> bool:
@@ -53,8 +55,9 @@ def load_rgb(source: str | Path | io.BytesIO, preprocess: Preprocess) -> Image.I
 def decode_rgb(data: bytes, preprocess: Preprocess, decoder: str) -> Image.Image:
     """Encoded image bytes -> RGB at the smallest DCT scale the preprocessing allows, with `decoder` for JPEGs.
 
-    A JPEG simplejpeg cannot read (CMYK, a corrupt stream it refuses in strict mode) goes to Pillow, which
-    either reads it or raises the error that gets recorded for the image."""
+    A JPEG simplejpeg is not used for (CMYK or YCCK, whose conversion to RGB differs from Pillow's) or cannot
+    read (a corrupt stream it refuses in strict mode) goes to Pillow, which either reads it or raises the error
+    that gets recorded for the image."""
     if decoder == TURBO_DECODER and is_jpeg(data):
         try:
             return Image.fromarray(_turbo_decode(data, preprocess))
@@ -66,9 +69,21 @@ def decode_rgb(data: bytes, preprocess: Preprocess, decoder: str) -> Image.Image
 def _turbo_decode(data: bytes, preprocess: Preprocess) -> np.ndarray:
     import simplejpeg
 
-    height, width, _, _ = simplejpeg.decode_jpeg_header(data)
-    min_width, min_height = _draft_size((width, height), preprocess)
-    return simplejpeg.decode_jpeg(data, colorspace="RGB", min_width=min_width, min_height=min_height)
+    height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+    if colorspace not in _TURBO_COLORSPACES:
+        raise ValueError(f"{colorspace} JPEG: converted by Pillow")
+    reduction = draft_reduction((width, height), _draft_size((width, height), preprocess))
+    # Asking for exactly 1/reduction of the size keeps libjpeg-turbo off its M/8 scales (3/8, 5/8, ...), which
+    # Pillow's draft never uses: both decoders then give the same pixels.
+    return simplejpeg.decode_jpeg(data, colorspace="RGB", min_width=-(-width // reduction),
+                                  min_height=-(-height // reduction))
+
+
+def draft_reduction(size: tuple[int, int], wanted: tuple[int, int]) -> int:
+    """The DCT reduction Pillow's `draft` picks: the largest of 8, 4, 2, 1 that keeps both sides at or above
+    `wanted` once rounded up."""
+    fits = min(size[0] // wanted[0], size[1] // wanted[1])
+    return next(reduction for reduction in (8, 4, 2, 1) if fits >= reduction or reduction == 1)
 
 
 def _draft_size(size: tuple[int, int], preprocess: Preprocess) -> tuple[int, int]:

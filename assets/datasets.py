@@ -6,6 +6,7 @@ import dagster as dg
 import pandas as pd
 
 from assets.automation import RELEASE_CHANGED
+from assets.backfill import SINGLE_RUN, Materialised, each_dataset
 from assets.partitions import Registered
 from checks.records import build_record_checks
 from focus_dagster import lineage
@@ -79,8 +80,9 @@ def _dataset_assets(partitions: dg.StaticPartitionsDefinition) -> list:
         partitions_def=partitions,
         deps=[dataset_release],
         group_name=DATA_GROUP,
-        kinds={"duckdb", "pandas"},
+        kinds={"parquet", "pandas"},
         automation_condition=RELEASE_CHANGED,
+        backfill_policy=SINGLE_RUN,
         description=(
             "Native records of one dataset: one row per image with the dataset's own columns (codes "
             "validated and typed), the image path relative to the dataset root, the patient id where the "
@@ -92,27 +94,29 @@ def _dataset_assets(partitions: dg.StaticPartitionsDefinition) -> list:
             f"Table: `{layout.records_table('<dataset>')}`."
         ),
     )
-    def dataset_records(
-        context: dg.AssetExecutionContext, datasets: DatasetRoots, storage: FocusStorage
-    ) -> dg.MaterializeResult:
-        key = context.partition_key
-        release = datasets.fingerprint(key)
-        result = datasets.read(key)
-        stamp = lineage.stamp(
-            "dataset_records", key, context.run_id, lineage.frame_version(result.records), code_version=code_version(),
-            inputs={"release": _release_stamp(datasets, key, release, context.run_id)},
-            rows_quarantined=len(result.quarantine),
-        )
-        # The records, their quarantine, the unlisted images and the lineage of all three change together.
-        table, *_ = storage.replace_partitions([(layout.records_table(key), None, result.records),
-                                                  (layout.QUARANTINE, key, result.quarantine),
-                                                  (layout.UNLISTED_IMAGES, key, _unlisted_frame(result)),
-                                                  (layout.IMAGE_NOTES, key, _notes_frame(result))], stamp=stamp)
-        context.log.info(result.accounting_line())
-        return dg.MaterializeResult(metadata=_records_metadata(result, table, release.version)
-                                    | {"lineage_version": stamp["version"]})
+    def dataset_records(context: dg.AssetExecutionContext, datasets: DatasetRoots, storage: FocusStorage):
+        yield from each_dataset(context, lambda key: _read_records(context, key, datasets, storage))
 
     return [dataset_release, dataset_records]
+
+
+def _read_records(context, key: str, datasets: DatasetRoots, storage: FocusStorage) -> Materialised:
+    """One dataset read from its published layout into records, quarantine, unlisted images and image notes."""
+    release = datasets.fingerprint(key)
+    result = datasets.read(key)
+    stamp = lineage.stamp(
+        "dataset_records", key, context.run_id, lineage.frame_version(result.records), code_version=code_version(),
+        inputs={"release": _release_stamp(datasets, key, release, context.run_id)},
+        rows_quarantined=len(result.quarantine),
+    )
+    # The records, their quarantine, the unlisted images and the lineage of all three change together.
+    table, *_ = storage.replace_partitions([(layout.records_table(key), None, result.records),
+                                            (layout.QUARANTINE, key, result.quarantine),
+                                            (layout.UNLISTED_IMAGES, key, _unlisted_frame(result)),
+                                            (layout.IMAGE_NOTES, key, _notes_frame(result))], stamp=stamp)
+    context.log.info(f"{key}: {result.accounting_line()}")
+    return Materialised({"dataset_records": _records_metadata(result, table, release.version)
+                         | {"lineage_version": stamp["version"]}})
 
 
 def _release_stamp(datasets: DatasetRoots, key: str, fingerprint, run_id: str) -> dict:

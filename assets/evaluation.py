@@ -6,6 +6,7 @@ import dagster as dg
 import pandas as pd
 
 from assets.automation import GATED_EAGER
+from assets.backfill import SINGLE_RUN, Materialised, each_dataset
 from assets.partitions import (
     BY_DATASET,
     DUAL_ENCODERS,
@@ -187,62 +188,68 @@ def _predictions_asset(datasets: dg.StaticPartitionsDefinition, specs: dict, sco
         partitions_def=datasets,
         deps=deps,
         group_name=EVALUATION_GROUP,
-        kinds={"duckdb"},
+        kinds={"parquet"},
         automation_condition=GATED_EAGER,
+        backfill_policy=SINGLE_RUN,
         description=PREDICTIONS_DESCRIPTION,
     )
-    def predictions(context: dg.AssetExecutionContext, storage: FocusStorage) -> dg.MaterializeResult:
-        dataset = context.partition_key
-        labels, labels_stamp = storage.read_stamped_labels(dataset)
-        expected = in_domain_configurations(dataset, labels, {model: spec.interface for model, spec in specs.items()})
-        expected += adapted_configurations(dataset, labels, [(e.adapter.model, e.adapter.task, e.adapter.dataset)
-                                                             for e in scored if e.dataset == dataset])
-        parts, gaps, sources, rejected, examples = [], [], {}, {}, []
-        adapted = [e for e in scored if e.dataset == dataset]
-        for model, method, adapter, spec, read in _sources(specs, adapted):
-            configs = [c for c in expected if _source_key(c.model, c.method, c.train_dataset, c.task)
-                       == (model, method, adapter)]
-            output = read(storage, model, dataset, labels, labels_stamp)
-            part, missing, checked = _method_predictions(context, model, spec, method, configs, output,
-                                                         _row_lineage(labels_stamp, output.stamp))
-            parts += part
-            gaps += missing
-            sources[model, method, adapter] = output.stamp
-            rejected.update(checked.rejected)
-            examples += checked.rejected_examples
-        frame = pd.concat(parts, ignore_index=True) if parts else empty_predictions()
-        version = frame_version(frame)
-        stamps = {key: lineage.stamp("predictions", dataset, context.run_id, version, code_version=code_version(),
-                                     inputs={"labels": labels_stamp, "source": source},
-                                     configuration=_configuration(*key))
-                  for key, source in sources.items()}
-        ids = {key: lineage.stamp_id(value) for key, value in stamps.items()}
-        # As text even with no rows: an empty column would be typed as numbers in a table created from it.
-        frame["lineage_id"] = pd.Series([ids[_source_key(*key)] for key in zip(
-            frame["model"], frame["method"], frame["train_dataset"], frame["task"])], index=frame.index, dtype=object)
-        frame["predictions_version"] = version
-        frame["partition"] = dataset
-        gaps = [{**row, "lineage_id": ids[_source_key(row["model"], row["method"], row["train_dataset"], row["task"])]}
-                for row in gaps]
-        unavailable = unavailable_frame(gaps, predictions_version=version, run_id=context.run_id, partition=dataset)
-        partition_stamp = lineage.stamp("predictions", dataset, context.run_id, version, code_version=code_version(),
-                                        inputs={"labels": labels_stamp},
-                                        sources={_source_name(*key): i for key, i in ids.items()})
-        storage.replace_partitions([(layout.SAMPLES, dataset, frame), (layout.UNAVAILABLE, dataset, unavailable)],
-                                   stamp=partition_stamp, stamps=tuple(stamps.values()))
-        return dg.MaterializeResult(metadata={
-            "dagster/row_count": len(frame),
-            "configurations": int(frame.groupby(CONFIG_COLUMNS, dropna=False).ngroups) if len(frame) else 0,
-            "expected_configurations": len(expected),
-            "rows_by_method": dg.MetadataValue.json(frame["method"].value_counts().to_dict()),
-            "rejected_rows": dg.MetadataValue.json(rejected),
-            "rejected_examples": dg.MetadataValue.json(examples[:10]),
-            "unavailable": dg.MetadataValue.json(_unavailable_summary(gaps)),
-            "predictions_version": version,
-            "labels_version": labels_stamp["version"] if labels_stamp else "",
-        })
+    def predictions(context: dg.AssetExecutionContext, storage: FocusStorage):
+        yield from each_dataset(context, lambda dataset: _assemble_predictions(context, dataset, storage,
+                                                                               specs, scored))
 
     return predictions
+
+
+def _assemble_predictions(context, dataset: str, storage: FocusStorage, specs: dict, scored: list) -> Materialised:
+    """One dataset's predictions table: every configuration's test rows from the model outputs it reads."""
+    labels, labels_stamp = storage.read_stamped_labels(dataset)
+    expected = in_domain_configurations(dataset, labels, {model: spec.interface for model, spec in specs.items()})
+    expected += adapted_configurations(dataset, labels, [(e.adapter.model, e.adapter.task, e.adapter.dataset)
+                                                         for e in scored if e.dataset == dataset])
+    parts, gaps, sources, rejected, examples = [], [], {}, {}, []
+    adapted = [e for e in scored if e.dataset == dataset]
+    for model, method, adapter, spec, read in _sources(specs, adapted):
+        configs = [c for c in expected if _source_key(c.model, c.method, c.train_dataset, c.task)
+                   == (model, method, adapter)]
+        output = read(storage, model, dataset, labels, labels_stamp)
+        part, missing, checked = _method_predictions(context, dataset, model, spec, method, configs, output,
+                                                     _row_lineage(labels_stamp, output.stamp))
+        parts += part
+        gaps += missing
+        sources[model, method, adapter] = output.stamp
+        rejected.update(checked.rejected)
+        examples += checked.rejected_examples
+    frame = pd.concat(parts, ignore_index=True) if parts else empty_predictions()
+    version = frame_version(frame)
+    stamps = {key: lineage.stamp("predictions", dataset, context.run_id, version, code_version=code_version(),
+                                 inputs={"labels": labels_stamp, "source": source},
+                                 configuration=_configuration(*key))
+              for key, source in sources.items()}
+    ids = {key: lineage.stamp_id(value) for key, value in stamps.items()}
+    # As text even with no rows: an empty column would be typed as numbers in a table created from it.
+    frame["lineage_id"] = pd.Series([ids[_source_key(*key)] for key in zip(
+        frame["model"], frame["method"], frame["train_dataset"], frame["task"])], index=frame.index, dtype=object)
+    frame["predictions_version"] = version
+    frame["partition"] = dataset
+    gaps = [{**row, "lineage_id": ids[_source_key(row["model"], row["method"], row["train_dataset"], row["task"])]}
+            for row in gaps]
+    unavailable = unavailable_frame(gaps, predictions_version=version, run_id=context.run_id, partition=dataset)
+    partition_stamp = lineage.stamp("predictions", dataset, context.run_id, version, code_version=code_version(),
+                                    inputs={"labels": labels_stamp},
+                                    sources={_source_name(*key): i for key, i in ids.items()})
+    storage.replace_partitions([(layout.SAMPLES, dataset, frame), (layout.UNAVAILABLE, dataset, unavailable)],
+                               stamp=partition_stamp, stamps=tuple(stamps.values()))
+    return Materialised({"predictions": {
+        "dagster/row_count": len(frame),
+        "configurations": int(frame.groupby(CONFIG_COLUMNS, dropna=False).ngroups) if len(frame) else 0,
+        "expected_configurations": len(expected),
+        "rows_by_method": dg.MetadataValue.json(frame["method"].value_counts().to_dict()),
+        "rejected_rows": dg.MetadataValue.json(rejected),
+        "rejected_examples": dg.MetadataValue.json(examples[:10]),
+        "unavailable": dg.MetadataValue.json(_unavailable_summary(gaps)),
+        "predictions_version": version,
+        "labels_version": labels_stamp["version"] if labels_stamp else "",
+    }})
 
 
 def _sources(specs: dict, adapted: list):
@@ -284,10 +291,9 @@ class _Output:
     skipped: dict = field(default_factory=dict)  # task -> why no probe was fit (probes only)
 
 
-def _method_predictions(context, model, spec, method, configs, output: _Output, row_lineage: dict):
+def _method_predictions(context, dataset, model, spec, method, configs, output: _Output, row_lineage: dict):
     """One model x method on one dataset: its finished rows, the unavailable rows of its configurations without
     test predictions (with the lineage the output recorded), and the rows rejected as non-finite."""
-    dataset = context.partition_key
     if output.frame is None:
         return [], [{**c.unavailable(output.reason), **row_lineage} for c in configs], Assembled(pd.DataFrame())
     source = f"{output.stamp['asset']} {model}/{dataset}"
@@ -428,28 +434,33 @@ def _metrics_asset(datasets: dg.StaticPartitionsDefinition):
         partitions_def=datasets,
         deps=["predictions", "harmonised_labels"],
         group_name=EVALUATION_GROUP,
-        kinds={"duckdb"},
+        kinds={"parquet"},
         automation_condition=GATED_EAGER,
+        backfill_policy=SINGLE_RUN,
         description=METRICS_DESCRIPTION,
     )
     def metrics(context: dg.AssetExecutionContext, config: MetricsConfig, storage: FocusStorage):
-        from focus_dagster.evaluation.tables import Settings, metric_rows, with_unavailable
-
-        dataset = context.partition_key
-        labels, labels_stamp = storage.read_stamped_labels(dataset)
-        (samples, unavailable), predictions_stamp = storage.read_stamped(
-            [(layout.SAMPLES, dataset), (layout.UNAVAILABLE, dataset)], "predictions", dataset)
-        _same_labels(predictions_stamp, labels_stamp, dataset)
-        rows = metric_rows(samples, labels[["image_id"]], {}, Settings(config.n_resamples, config.seed),
-                           axes=("performance", "calibration"))
-        table = with_unavailable(with_lineage(rows, samples, context.run_id), unavailable, context.run_id)
-        table = table.assign(partition=dataset)
-        stamp = lineage.stamp("metrics", dataset, context.run_id, lineage.frame_version(table, VALUE_COLUMNS),
-                              code_version=code_version(), inputs={"predictions": predictions_stamp})
-        storage.replace_partition(layout.METRICS, dataset, table, stamp=stamp)
-        return dg.MaterializeResult(metadata=metrics_metadata(table, len(unavailable)))
+        yield from each_dataset(context, lambda dataset: _dataset_metrics(context, dataset, config, storage))
 
     return metrics
+
+
+def _dataset_metrics(context, dataset: str, config: MetricsConfig, storage: FocusStorage) -> Materialised:
+    """One dataset's performance and calibration rows, from its predictions and labels of one snapshot."""
+    from focus_dagster.evaluation.tables import Settings, metric_rows, with_unavailable
+
+    labels, labels_stamp = storage.read_stamped_labels(dataset)
+    (samples, unavailable), predictions_stamp = storage.read_stamped(
+        [(layout.SAMPLES, dataset), (layout.UNAVAILABLE, dataset)], "predictions", dataset)
+    _same_labels(predictions_stamp, labels_stamp, dataset)
+    rows = metric_rows(samples, labels[["image_id"]], {}, Settings(config.n_resamples, config.seed),
+                       axes=("performance", "calibration"))
+    table = with_unavailable(with_lineage(rows, samples, context.run_id), unavailable, context.run_id)
+    table = table.assign(partition=dataset)
+    stamp = lineage.stamp("metrics", dataset, context.run_id, lineage.frame_version(table, VALUE_COLUMNS),
+                          code_version=code_version(), inputs={"predictions": predictions_stamp})
+    storage.replace_partition(layout.METRICS, dataset, table, stamp=stamp)
+    return Materialised({"metrics": metrics_metadata(table, len(unavailable))})
 
 
 # What a metric table's version covers: the numbers, not the run that computed them.
@@ -485,7 +496,7 @@ def _cross_dataset_asset(specs: dict, encoders: list[str], registered: list[str]
     @dg.asset(
         deps=["probe_predictions", "image_embeddings", "harmonised_labels"],
         group_name=EVALUATION_GROUP,
-        kinds={"scikitlearn", "duckdb"},
+        kinds={"scikitlearn", "parquet"},
         automation_condition=GATED_EAGER,
         description=CROSS_DESCRIPTION,
     )
@@ -627,7 +638,7 @@ def _leaderboard_asset(with_cross: bool):
     @dg.asset(
         deps=deps,
         group_name=EVALUATION_GROUP,
-        kinds={"duckdb", "markdown"},
+        kinds={"parquet", "markdown"},
         automation_condition=GATED_EAGER,
         description=LEADERBOARD_DESCRIPTION,
     )

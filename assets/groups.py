@@ -11,6 +11,7 @@ the run and across refresh ticks, while `metrics` goes on.
 import dagster as dg
 
 from assets.automation import GATED_EAGER
+from assets.backfill import SINGLE_RUN, Materialised, each_dataset
 from assets.evaluation import EVALUATION_GROUP, VALUE_COLUMNS, MetricsConfig
 from checks.conditions import WITH_ITS_ASSET
 from focus_dagster import lineage
@@ -55,8 +56,9 @@ def _attributes_asset(datasets: dg.StaticPartitionsDefinition):
         partitions_def=datasets,
         deps=["harmonised_labels"],
         group_name=EVALUATION_GROUP,
-        kinds={"duckdb"},
+        kinds={"parquet"},
         automation_condition=GATED_EAGER,
+        backfill_policy=SINGLE_RUN,
         description=ATTRIBUTES_DESCRIPTION,
         check_specs=[dg.AssetCheckSpec(
             "attribute_coverage", asset="group_attributes", blocking=True, automation_condition=WITH_ITS_ASSET,
@@ -69,25 +71,29 @@ def _attributes_asset(datasets: dg.StaticPartitionsDefinition):
         )],
     )
     def group_attributes(context: dg.AssetExecutionContext, storage: FocusStorage):
-        dataset = context.partition_key
-        labels, labels_stamp = storage.read_stamped_labels(dataset)
-        coverage = check_attribute_coverage(dataset, labels)
-        frame = labels.loc[labels["split"] == "test", ["image_id", "split", *ATTRIBUTES]].assign(dataset=dataset)
-        stamp = lineage.stamp("group_attributes", dataset, context.run_id, lineage.frame_version(frame),
-                              code_version=code_version(), inputs={"labels": labels_stamp}, usable=coverage.usable(),
-                              coverage_passed=coverage.passed, failing=coverage.failing)
-        storage.replace_partition(layout.ATTRIBUTES, dataset, frame, stamp=stamp)
-        summary = coverage.summary()
-        yield dg.MaterializeResult(metadata={"dagster/row_count": len(frame),
-                                             "coverage": dg.MetadataValue.json(summary["attributes"])})
-        yield dg.AssetCheckResult(
-            check_name="attribute_coverage", passed=coverage.passed,
-            description=None if coverage.passed else coverage.failure_message(),
-            metadata={"coverage": dg.MetadataValue.json(summary), "expectations": dg.MetadataValue.json(
-                coverage.expectations), **({} if coverage.passed else {"reason": coverage.failure_message()})},
-        )
+        yield from each_dataset(context, lambda dataset: _attributes(context, dataset, storage))
 
     return group_attributes
+
+
+def _attributes(context, dataset: str, storage: FocusStorage) -> Materialised:
+    """One dataset's test images with their group attributes, and the verdict of the coverage check."""
+    labels, labels_stamp = storage.read_stamped_labels(dataset)
+    coverage = check_attribute_coverage(dataset, labels)
+    frame = labels.loc[labels["split"] == "test", ["image_id", "split", *ATTRIBUTES]].assign(dataset=dataset)
+    stamp = lineage.stamp("group_attributes", dataset, context.run_id, lineage.frame_version(frame),
+                          code_version=code_version(), inputs={"labels": labels_stamp}, usable=coverage.usable(),
+                          coverage_passed=coverage.passed, failing=coverage.failing)
+    storage.replace_partition(layout.ATTRIBUTES, dataset, frame, stamp=stamp)
+    summary = coverage.summary()
+    verdict = dg.AssetCheckResult(
+        check_name="attribute_coverage", passed=coverage.passed,
+        description=None if coverage.passed else coverage.failure_message(),
+        metadata={"coverage": dg.MetadataValue.json(summary), "expectations": dg.MetadataValue.json(
+            coverage.expectations), **({} if coverage.passed else {"reason": coverage.failure_message()})},
+    )
+    return Materialised({"group_attributes": {"dagster/row_count": len(frame),
+                                              "coverage": dg.MetadataValue.json(summary["attributes"])}}, (verdict,))
 
 
 def _axis_asset(datasets: dg.StaticPartitionsDefinition, axis: str, what: str):
@@ -96,36 +102,41 @@ def _axis_asset(datasets: dg.StaticPartitionsDefinition, axis: str, what: str):
         partitions_def=datasets,
         deps=["predictions", "group_attributes"],
         group_name=EVALUATION_GROUP,
-        kinds={"duckdb"},
+        kinds={"parquet"},
         automation_condition=GATED_EAGER,
+        backfill_policy=SINGLE_RUN,
         description=AXIS_DESCRIPTION.format(axis=axis, what=what),
     )
     def axis_metrics(context: dg.AssetExecutionContext, config: MetricsConfig, storage: FocusStorage):
-        from focus_dagster.evaluation.tables import Settings, metric_rows
-
-        dataset = context.partition_key
-        (samples,), predictions_stamp = storage.read_stamped([(layout.SAMPLES, dataset)], "predictions", dataset)
-        (attributes,), attributes_stamp = storage.read_stamped([(layout.ATTRIBUTES, dataset)], "group_attributes",
-                                                               dataset)
-        usable = _usable_attributes(dataset, predictions_stamp, attributes_stamp)
-        reasons = {a: not_applicable_reason(dataset, a) for a in ATTRIBUTES if a not in published(dataset)}
-        rows = metric_rows(samples, attributes[["image_id", *ATTRIBUTES]], usable,
-                           Settings(config.n_resamples, config.seed), axes=(axis,), reasons=reasons)
-        partition = layout.axis_partition(dataset, axis)
-        table = with_lineage(rows, samples, context.run_id).assign(partition=partition)
-        stamp = lineage.stamp(f"{axis}_metrics", dataset, context.run_id,
-                              lineage.frame_version(table, VALUE_COLUMNS),
-                              code_version=code_version(),
-                              inputs={"predictions": predictions_stamp, "attributes": attributes_stamp})
-        storage.replace_partition(layout.METRICS, partition, table, stamp=stamp)
-        defined = table["value"].notna()
-        return dg.MaterializeResult(metadata={
-            "dagster/row_count": len(table), "defined_rows": int(defined.sum()),
-            "attributes": dg.MetadataValue.json({a: "grouped" if usable.get(a) else reasons.get(a, "no value")
-                                                 for a in ATTRIBUTES}),
-        })
+        yield from each_dataset(context, lambda dataset: _axis_metrics(context, dataset, axis, config, storage))
 
     return axis_metrics
+
+
+def _axis_metrics(context, dataset: str, axis: str, config: MetricsConfig, storage: FocusStorage) -> Materialised:
+    """One dataset's metric rows on one axis (fairness or quality), written as its own metrics partition."""
+    from focus_dagster.evaluation.tables import Settings, metric_rows
+
+    (samples,), predictions_stamp = storage.read_stamped([(layout.SAMPLES, dataset)], "predictions", dataset)
+    (attributes,), attributes_stamp = storage.read_stamped([(layout.ATTRIBUTES, dataset)], "group_attributes",
+                                                           dataset)
+    usable = _usable_attributes(dataset, predictions_stamp, attributes_stamp)
+    reasons = {a: not_applicable_reason(dataset, a) for a in ATTRIBUTES if a not in published(dataset)}
+    rows = metric_rows(samples, attributes[["image_id", *ATTRIBUTES]], usable,
+                       Settings(config.n_resamples, config.seed), axes=(axis,), reasons=reasons)
+    partition = layout.axis_partition(dataset, axis)
+    table = with_lineage(rows, samples, context.run_id).assign(partition=partition)
+    stamp = lineage.stamp(f"{axis}_metrics", dataset, context.run_id,
+                          lineage.frame_version(table, VALUE_COLUMNS),
+                          code_version=code_version(),
+                          inputs={"predictions": predictions_stamp, "attributes": attributes_stamp})
+    storage.replace_partition(layout.METRICS, partition, table, stamp=stamp)
+    defined = table["value"].notna()
+    return Materialised({f"{axis}_metrics": {
+        "dagster/row_count": len(table), "defined_rows": int(defined.sum()),
+        "attributes": dg.MetadataValue.json({a: "grouped" if usable.get(a) else reasons.get(a, "no value")
+                                             for a in ATTRIBUTES}),
+    }})
 
 
 def _usable_attributes(dataset: str, predictions: dict | None, attributes: dict | None) -> dict[str, bool]:

@@ -3,6 +3,7 @@
 import dagster as dg
 
 from assets.automation import GATED_EAGER
+from assets.backfill import SINGLE_RUN, Materialised, each_dataset
 from assets.partitions import MLLMS, Registered
 from checks.labels import build_label_checks
 from focus_dagster import lineage
@@ -50,34 +51,38 @@ def _label_assets(partitions: dg.StaticPartitionsDefinition) -> dg.AssetsDefinit
     @dg.multi_asset(
         specs=[
             dg.AssetSpec("harmonised_labels", deps=["dataset_records"], description=HARMONISED_DESCRIPTION,
-                         group_name=LABEL_GROUP, kinds={"duckdb"}, automation_condition=GATED_EAGER),
+                         group_name=LABEL_GROUP, kinds={"parquet"}, automation_condition=GATED_EAGER),
             dg.AssetSpec("label_rejects", deps=["dataset_records"], description=REJECTS_DESCRIPTION,
-                         group_name=LABEL_GROUP, kinds={"duckdb"}, automation_condition=GATED_EAGER),
+                         group_name=LABEL_GROUP, kinds={"parquet"}, automation_condition=GATED_EAGER),
         ],
         partitions_def=partitions,
+        backfill_policy=SINGLE_RUN,
     )
     def harmonise_labels(context: dg.AssetExecutionContext, datasets: DatasetRoots, storage: FocusStorage):
-        key = context.partition_key
-        # The records, their quarantine and the stamp saying which release they were read from, as one snapshot.
-        (records, quarantine), read = storage.read_stamped(
-            [(layout.records_table(key), None), (layout.QUARANTINE, key)], "dataset_records", key)
-        result = harmonise(
-            key, records, quarantine, root=datasets.root(key), splits_dir=datasets.config.splits_dir,
-            seed=datasets.config.split_seed,
-        )
-        stamp = labels_stamp(result, key, context.run_id, read)
-        storage.replace_partitions([(layout.LABELS, key, result.labels), (layout.LABEL_REJECTS, key, result.rejects)],
-                                   stamp=stamp)
-        # Steps that must not open DuckDB while they compute (the GPU ones) read this copy, stamp included.
-        export, export_sha = storage.write_parquet(layout.labels_file(key), result.labels, stamp)
-        context.log.info(result.accounting_line())
-        metadata = labels_metadata(result) | {"export": dg.MetadataValue.path(str(export)), "export_sha256": export_sha,
-                                              "labels_version": stamp["version"],
-                                              "release_version": lineage.fact(read, "inputs", "release", "version")}
-        yield dg.MaterializeResult(asset_key="harmonised_labels", metadata=metadata)
-        yield dg.MaterializeResult(asset_key="label_rejects", metadata=rejects_metadata(result))
+        yield from each_dataset(context, lambda key: _harmonise(context, key, datasets, storage))
 
     return harmonise_labels
+
+
+def _harmonise(context, key: str, datasets: DatasetRoots, storage: FocusStorage) -> Materialised:
+    """One dataset's records harmonised into task labels and rejects, written with their lineage."""
+    # The records, their quarantine and the stamp saying which release they were read from, as one snapshot.
+    (records, quarantine), read = storage.read_stamped(
+        [(layout.records_table(key), None), (layout.QUARANTINE, key)], "dataset_records", key)
+    result = harmonise(
+        key, records, quarantine, root=datasets.root(key), splits_dir=datasets.config.splits_dir,
+        seed=datasets.config.split_seed,
+    )
+    stamp = labels_stamp(result, key, context.run_id, read)
+    storage.replace_partitions([(layout.LABELS, key, result.labels), (layout.LABEL_REJECTS, key, result.rejects)],
+                               stamp=stamp)
+    # The GPU steps read this one file (stamp included) rather than the tables.
+    export, export_sha = storage.write_parquet(layout.labels_file(key), result.labels, stamp)
+    context.log.info(f"{key}: {result.accounting_line()}")
+    metadata = labels_metadata(result) | {"export": dg.MetadataValue.path(str(export)), "export_sha256": export_sha,
+                                          "labels_version": stamp["version"],
+                                          "release_version": lineage.fact(read, "inputs", "release", "version")}
+    return Materialised({"harmonised_labels": metadata, "label_rejects": rejects_metadata(result)})
 
 
 def labels_stamp(result: LabelResult, dataset: str, run_id: str, records: dict | None) -> dict:

@@ -248,7 +248,7 @@ def _effects_asset(datasets: list[str]):
     @dg.asset(
         deps=["predictions"],
         group_name=EVALUATION_GROUP,
-        kinds={"duckdb"},
+        kinds={"parquet"},
         automation_condition=GATED_EAGER,
         description=EFFECTS_DESCRIPTION,
     )

@@ -9,6 +9,7 @@ import pandas as pd
 from pydantic import Field
 
 from assets.automation import GATED_EAGER
+from assets.backfill import SINGLE_RUN, Materialised, each_dataset
 from assets.kubernetes import gpu_op_tags
 from assets.models import (
     MODEL_GROUP,
@@ -78,6 +79,7 @@ def _questions_asset(datasets: dg.StaticPartitionsDefinition, book: QuestionBook
         group_name=MODEL_GROUP,
         kinds={"parquet"},
         automation_condition=GATED_EAGER,
+        backfill_policy=SINGLE_RUN,
         description=QUESTIONS_DESCRIPTION,
         check_specs=[dg.AssetCheckSpec(
             "no_label_leak", asset="yes_no_questions", blocking=True, automation_condition=WITH_ITS_ASSET,
@@ -87,35 +89,40 @@ def _questions_asset(datasets: dg.StaticPartitionsDefinition, book: QuestionBook
         )],
     )
     def yes_no_questions(context: dg.AssetExecutionContext, storage: FocusStorage):
-        dataset = context.partition_key
-        labels, labels_stamp = storage.read_stamped_labels(dataset)
-        questions = book.for_dataset(dataset, defined_tasks(labels))
-        rows = _context_rows(storage, dataset, labels, questions)
-        leaks = [leak for q in questions for leak in find_leaks(q, rule_for(dataset), rows)]
-        verdict = {q.id: "; ".join(leak.detail for leak in leaks if leak.question_id == q.id) for q in questions}
-        rendered = pd.DataFrame([
-            {"image_id": image_id, "task": q.task, "question_id": q.id, "question": q.render(row), "leak": verdict[q.id]}
-            for image_id, row in zip(rows["image_id"], rows.to_dict("records")) for q in questions
-        ], columns=["image_id", "task", "question_id", "question", "leak"])
-        # The verdict travels with the questions: token_probabilities refuses a file that records a leak.
-        stamp = lineage.stamp("yes_no_questions", dataset, context.run_id, lineage.frame_version(rendered),
-                              code_version=code_version(), inputs={"labels": labels_stamp},
-                              questions_version=book.version, leaks=len(leaks))
-        path, sha = storage.write_parquet(layout.questions_file(dataset), rendered, stamp)
-        yield dg.MaterializeResult(metadata={
-            "dagster/row_count": len(rendered),
-            "questions_version": book.version,
-            "questions": dg.MetadataValue.md(_questions_table(questions)),
-            "path": dg.MetadataValue.path(str(path)),
-            "sha256": sha,
-        })
-        yield dg.AssetCheckResult(
-            check_name="no_label_leak", passed=not leaks,
-            metadata={"leaks": dg.MetadataValue.json([leak.__dict__ for leak in leaks]),
-                      "questions_checked": len(questions), "label_columns": list(rule_for(dataset).label_columns)},
-        )
+        yield from each_dataset(context, lambda dataset: _render_questions(context, dataset, book, storage))
 
     return yes_no_questions
+
+
+def _render_questions(context, dataset: str, book: QuestionBook, storage: FocusStorage) -> Materialised:
+    """One dataset's questions rendered per image, with the verdict of the label-leak check."""
+    labels, labels_stamp = storage.read_stamped_labels(dataset)
+    questions = book.for_dataset(dataset, defined_tasks(labels))
+    rows = _context_rows(storage, dataset, labels, questions)
+    leaks = [leak for q in questions for leak in find_leaks(q, rule_for(dataset), rows)]
+    verdict = {q.id: "; ".join(leak.detail for leak in leaks if leak.question_id == q.id) for q in questions}
+    rendered = pd.DataFrame([
+        {"image_id": image_id, "task": q.task, "question_id": q.id, "question": q.render(row), "leak": verdict[q.id]}
+        for image_id, row in zip(rows["image_id"], rows.to_dict("records")) for q in questions
+    ], columns=["image_id", "task", "question_id", "question", "leak"])
+    # The verdict travels with the questions: token_probabilities refuses a file that records a leak.
+    stamp = lineage.stamp("yes_no_questions", dataset, context.run_id, lineage.frame_version(rendered),
+                          code_version=code_version(), inputs={"labels": labels_stamp},
+                          questions_version=book.version, leaks=len(leaks))
+    path, sha = storage.write_parquet(layout.questions_file(dataset), rendered, stamp)
+    metadata = {
+        "dagster/row_count": len(rendered),
+        "questions_version": book.version,
+        "questions": dg.MetadataValue.md(_questions_table(questions)),
+        "path": dg.MetadataValue.path(str(path)),
+        "sha256": sha,
+    }
+    leak_check = dg.AssetCheckResult(
+        check_name="no_label_leak", passed=not leaks,
+        metadata={"leaks": dg.MetadataValue.json([leak.__dict__ for leak in leaks]),
+                  "questions_checked": len(questions), "label_columns": list(rule_for(dataset).label_columns)},
+    )
+    return Materialised({"yes_no_questions": metadata}, (leak_check,))
 
 
 def _context_rows(storage: FocusStorage, dataset: str, labels: pd.DataFrame, questions) -> pd.DataFrame:

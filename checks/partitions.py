@@ -1,4 +1,4 @@
-"""Per-dataset checks run without a partition: evaluated on every materialised dataset instead of failing.
+"""Per-dataset checks run without a partition, or on a range of them: each dataset gets its own verdict.
 
 The UI's "Execute all" (and "Execute") on an asset's Checks tab launches a run with no partition. A
 partitioned check that reads `context.partition_key` then fails in every step ("Cannot access partition_key
@@ -38,9 +38,12 @@ def evaluate_partitions(context: dg.AssetCheckExecutionContext, asset: dg.AssetK
         for _, _, result in verdicts(context.partition_key):
             yield result
         return
+    # A backfill run over a range of datasets (assets/backfill.py) checks each of them; a run without a
+    # partition checks every materialised one.
+    partitions = context.partition_keys if context.has_partition_key_range else _materialised_partitions(context, asset)
     errors = []
-    for partition in _materialised_partitions(context, asset):
-        target = _latest_materialisation(context.instance, asset, partition)
+    for partition in partitions:
+        target = latest_materialisation(context.instance, asset, partition)
         try:
             for name, blocking, result in verdicts(partition):
                 yield on_partition(result, asset, name, blocking, partition, target)
@@ -49,6 +52,12 @@ def evaluate_partitions(context: dg.AssetCheckExecutionContext, asset: dg.AssetK
             errors.append(error)
     if errors:
         raise errors[0]
+    if context.has_partition_key_range:
+        # The check's outputs, so that the steps downstream in the run wait for these verdicts (a failed blocking
+        # one has failed this step already, which stops them for every dataset of the range).
+        assets_def = context.op_execution_context.assets_def
+        for key in context.selected_asset_check_keys:
+            yield dg.Output(None, output_name=assets_def.get_output_name_for_asset_check_key(key))
 
 
 def on_partition(result: dg.AssetCheckResult, asset: dg.AssetKey, name: str, blocking: bool, partition: str,
@@ -67,7 +76,7 @@ def on_partition(result: dg.AssetCheckResult, asset: dg.AssetKey, name: str, blo
     )
 
 
-def _latest_materialisation(instance: dg.DagsterInstance, asset: dg.AssetKey,
+def latest_materialisation(instance: dg.DagsterInstance, asset: dg.AssetKey,
                             partition: str) -> AssetCheckEvaluationTargetMaterializationData | None:
     records = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=asset, asset_partitions=[partition]), limit=1).records

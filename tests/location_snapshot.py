@@ -1,7 +1,7 @@
 """A plain-text picture of the code location: what a reviewer must see change when the graph changes.
 
-One line per asset (partitions, upstream keys with their partition mappings, group, kinds, pools, automation
-condition), per check (target, blocking, partitions, pool, automation condition), per job (selected assets and checks, partitions),
+One line per asset (partitions, upstream keys with their partition mappings, group, kinds, pools, backfill
+policy, automation condition), per check (target, blocking, partitions, pool, automation condition), per job (selected assets and checks, partitions),
 per schedule and per sensor; sorted, so the text depends on the graph only.
 """
 
@@ -36,7 +36,17 @@ def _asset_line(graph, node) -> str:
     condition = node.automation_condition.get_label() if node.automation_condition else None
     return (f"{node.key.to_user_string()}: {'observable' if node.is_observable else 'materializable'} "
             f"partitions={_partitions(node.partitions_def)} deps=[{deps}] group={node.group_name} "
-            f"kinds={sorted(node.kinds)} pools={sorted(node.pools or [])} automation={condition!r}")
+            f"kinds={sorted(node.kinds)} pools={sorted(node.pools or [])} backfill={_backfill(node)} "
+            f"automation={condition!r}")
+
+
+def _backfill(node) -> str:
+    policy = node.backfill_policy
+    if node.partitions_def is None:
+        return "-"
+    if policy is None:
+        return "run-per-partition"
+    return policy.policy_type.value.lower() + (f"<={policy.max_partitions_per_run}" if policy.max_partitions_per_run else "")
 
 
 def _mapping(node, parent) -> str:

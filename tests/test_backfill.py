@@ -1,0 +1,104 @@
+"""Backfills of many datasets as one run: the data layer over a range of dataset partitions, in one run.
+
+The run is what Dagster launches for a single-run backfill: the data-layer job with the partition-range tags.
+Each dataset must come out as it does from a run of its own: its own materialisation with its own metadata
+(counts checked against the look-alikes' manifests, written when they were generated), its rows in the tables,
+and its own verdict of every check. A dataset that cannot be read fails the step by name, and the others are
+still recorded.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import dagster as dg
+import pytest
+
+from assets.labels import DATA_LAYER_JOB
+from focus_dagster.config import FocusConfig
+from focus_dagster.definitions import build_definitions
+from tests.conftest import copy_tree
+from tests.tables import table_views
+
+# Contiguous in the registry's order, as a range must be.
+DATASETS = ("papila", "idrid", "messidor_2", "refuge")
+LABEL_CHECKS = {"label_values", "rule_consistency", "split_leakage", "row_accounting", "metadata_coverage"}
+
+
+@pytest.fixture(scope="module")
+def setup(synth_all, tmp_path_factory):
+    out, manifests = synth_all
+    tmp = tmp_path_factory.mktemp("backfill")
+    config = FocusConfig(home=tmp / "home", roots={key: copy_tree(out / key, tmp / key) for key in DATASETS},
+                         models=("tiny_llava",))
+    return config, build_definitions(config), manifests
+
+
+def range_tags(first: str, last: str) -> dict[str, str]:
+    return {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
+
+
+def materialisations(result, asset: str) -> dict[str, dict]:
+    """The metadata of each partition's materialisation of `asset` in the run, by partition."""
+    found = {}
+    for event in result.all_events:
+        if event.event_type_value == "ASSET_MATERIALIZATION" and event.asset_key == dg.AssetKey(asset):
+            materialization = event.event_specific_data.materialization
+            found[materialization.partition] = {k: v.value for k, v in materialization.metadata.items()}
+    return found
+
+
+def verdicts(result) -> dict[tuple[str, str], bool]:
+    """(check, partition) -> passed, for every check evaluation of the run."""
+    return {(e.event_specific_data.check_name, e.event_specific_data.partition): e.event_specific_data.passed
+            for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+
+
+def test_one_run_materialises_every_dataset_of_the_range_as_its_own_run_would(setup):
+    config, defs, manifests = setup
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = defs.resolve_job_def(DATA_LAYER_JOB).execute_in_process(
+            instance=instance, tags=range_tags(DATASETS[0], DATASETS[-1]))
+        assert result.success
+        records = materialisations(result, "dataset_records")
+        assert set(records) == set(DATASETS)
+        for dataset in DATASETS:
+            assert records[dataset]["rows_read"] == manifests[dataset].label_rows, dataset
+            assert records[dataset]["dagster/table_name"] == f"records.{dataset}"
+        labels = materialisations(result, "harmonised_labels")
+        questions = materialisations(result, "yes_no_questions")
+        assert set(labels) == set(materialisations(result, "label_rejects")) == set(questions) == set(DATASETS)
+        with table_views(config) as con:
+            counted = dict(con.execute("SELECT dataset, count(*) FROM labels.harmonised GROUP BY dataset").fetchall())
+            runs = {r for (r,) in con.execute("SELECT DISTINCT s.run_id FROM lineage.current c "
+                                              "JOIN lineage.stamps s USING (stamp_id)").fetchall()}
+        # Each partition's metadata is its own, not one partition's numbers repeated for the range.
+        assert {d: labels[d]["dagster/row_count"] for d in DATASETS} == counted
+        assert runs == {result.run_id}
+        seen = verdicts(result)
+        for dataset in DATASETS:
+            assert seen[("quarantine_rate", dataset)] is True, dataset
+            assert seen[("no_label_leak", dataset)] is True, dataset
+            for check in LABEL_CHECKS:
+                assert (check, dataset) in seen, (check, dataset)
+        assert ("quarantine_rate", None) not in seen  # no run-level verdict standing for every dataset
+        assert instance.get_materialized_partitions(dg.AssetKey("harmonised_labels")) == set(DATASETS)
+
+
+def test_a_dataset_that_cannot_be_read_fails_by_name_and_the_others_are_recorded(setup, tmp_path):
+    config, _, _ = setup
+    roots = {key: copy_tree(config.roots[key], tmp_path / key) for key in DATASETS[:3]}
+    shutil.rmtree(roots["idrid"])
+    broken = FocusConfig(home=tmp_path / "home", roots=roots, models=("tiny_llava",))
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = build_definitions(broken).resolve_job_def(DATA_LAYER_JOB).execute_in_process(
+            instance=instance, tags=range_tags("papila", "messidor_2"), raise_on_error=False)
+        assert not result.success
+        [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+        message = failure.event_specific_data.error.message
+        assert "idrid" in message and "1 dataset(s)" in message, message
+        assert instance.get_materialized_partitions(dg.AssetKey("dataset_records")) == {"papila", "messidor_2"}
+    with table_views(broken) as con:
+        read = {d for (d,) in con.execute("SELECT partition FROM lineage.current "
+                                          "WHERE asset = 'dataset_records'").fetchall()}
+    assert read == {"papila", "messidor_2"}

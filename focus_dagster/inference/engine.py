@@ -132,22 +132,26 @@ class ImageFiles:
         import torch
 
         path = self.paths[index]
-        key = self.hashes.current(path) if self.cache and self.hashes else None
-        data = None
-        if self.cache and key is None:  # no hash to trust: the bytes are read (for decoding too) and hashed
-            data = Path(path).read_bytes()
-            key = content_hash_of(data)
-        if self.cache:
-            cached = self.cache.read(key)
-            if cached is not None:
-                return Fetched(index, torch.from_numpy(cached), None, key, CACHED)
+        key, data = self._content_key(path) if self.cache else ("", None)
+        cached = self.cache.read(key) if self.cache else None
+        if cached is not None:
+            return Fetched(index, torch.from_numpy(cached), None, key, CACHED)
         data = Path(path).read_bytes() if data is None else data
         if self.decoder.device and is_jpeg(data):
-            return Fetched(index, None, torch.frombuffer(bytearray(data), dtype=torch.uint8), key or "", ON_DEVICE)
+            return Fetched(index, None, torch.frombuffer(bytearray(data), dtype=torch.uint8), key, ON_DEVICE)
         pixels = pixels_from_bytes(data, self.preprocess, self.decoder.cpu)
         if self.cache:
             self.cache.write(key, pixels)
-        return Fetched(index, torch.from_numpy(pixels), None, key or "", DECODED)
+        return Fetched(index, torch.from_numpy(pixels), None, key, DECODED)
+
+    def _content_key(self, path: str) -> tuple[str, bytes | None]:
+        """The image's content hash: the labels' while the file is unchanged since, else its bytes' (then read
+        here once, for decoding too)."""
+        recorded = self.hashes.current(path) if self.hashes else None
+        if recorded:
+            return recorded, None
+        data = Path(path).read_bytes()
+        return content_hash_of(data), data
 
 
 def run_fingerprint(parts: dict) -> str:

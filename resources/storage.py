@@ -116,7 +116,7 @@ class FocusStorage(ConfigurableResource):
         for table, key in reads:
             name = _qualified(table)
             entry = committed.get(f"{name}@{'' if key is None else key}")
-            frame = (store.read_files([f"{store.root}/{entry}"]) if entry is not None
+            frame = (store.read_files([store.path(entry)]) if entry is not None
                      else store.read(name, key))
             frames.append(frame if frame is not None else self._no_rows(table))
         return frames, (current or {}).get("stamp")

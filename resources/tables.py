@@ -80,12 +80,10 @@ class TableStore:
         self._put(self._pointer_path(table, partition), json.dumps({**pointer, "file": self._relative(path),
                                                                      "commit": commit}).encode())
         entry = _entry(table, partition)
-        for folder in self._list(f"{self.root}/lineage/current"):
-            for current in self._list(folder):
-                found = self._read_json(current) if current.endswith(".json") else None
-                if found and entry in found.get("files", {}):
-                    found["files"][entry] = self._relative(path)
-                    self._put(current, json.dumps(found, default=str).encode())
+        for current, found in self._lineage_pointers():
+            if entry in found.get("files", {}):
+                found["files"][entry] = self._relative(path)
+                self._put(current, json.dumps(found, default=str).encode())
 
     def _put(self, path: str, data: bytes) -> None:
         if self.local:  # a temporary file beside the target, then one rename
@@ -101,7 +99,7 @@ class TableStore:
         """Remove superseded files of a partition: all but the one its pointer names and the newest KEEP_FILES."""
         folder = os.path.dirname(self._pointer_path(table, partition))
         current = self._pointer(table, partition)
-        named = {f"{self.root}/{current['file']}"} if current else set()
+        named = {self.path(current['file'])} if current else set()
         versions = sorted(p for p in self._list(folder) if p.endswith(".parquet"))
         for path in versions[:-KEEP_FILES]:
             if path not in named:
@@ -120,12 +118,12 @@ class TableStore:
         """The current files of a table: of every partition (`"*"`), or of one (None: the whole table)."""
         if partition != "*":
             pointer = self._pointer(table, partition)
-            return [f"{self.root}/{pointer['file']}"] if pointer else []
+            return [self.path(pointer['file'])] if pointer else []
         found = []
         for folder in sorted(self._list(f"{self.root}/tables/{table}")):
             pointer = self._read_json(f"{folder}/{POINTER}")
             if pointer:
-                found.append(f"{self.root}/{pointer['file']}")
+                found.append(self.path(pointer['file']))
         return found
 
     def has(self, table: str) -> bool:
@@ -147,13 +145,15 @@ class TableStore:
 
     def current_stamps(self) -> dict[tuple[str, str], str]:
         """(asset, partition) -> the stamp id of what it holds now, for every asset partition."""
-        found = {}
+        return {(pointer["asset"], pointer["partition"]): pointer["stamp_id"] for _, pointer in self._lineage_pointers()}
+
+    def _lineage_pointers(self):
+        """(path, content) of the lineage pointer of every asset partition."""
         for folder in self._list(f"{self.root}/lineage/current"):
             for path in self._list(folder):
                 pointer = self._read_json(path) if path.endswith(".json") else None
                 if pointer:
-                    found[pointer["asset"], pointer["partition"]] = pointer["stamp_id"]
-        return found
+                    yield path, pointer
 
     def stamp(self, stamp_id: str) -> dict | None:
         """A stamp kept by any commit, by id."""
@@ -243,16 +243,20 @@ class TableStore:
     def _relative(self, path: str) -> str:
         return path[len(self.root) + 1:]
 
+    def path(self, relative: str) -> str:
+        """The full path of a file named relative to the store (as pointers name them)."""
+        return f"{self.root}/{relative}"
+
     def _read_json(self, path: str) -> dict | None:
-        try:
-            with self.fs.open(path, "rb") as handle:
-                return json.loads(handle.read())
+        try:  # one GET: no size or listing cached from an earlier look stands in for the object as it is now
+            return json.loads(self.fs.cat_file(path))
         except FileNotFoundError:
             return None
 
     def _list(self, folder: str) -> list[str]:
         try:
-            return [p.rstrip("/") for p in self.fs.ls(folder, detail=False)]
+            # Listed afresh every time: an object store's client caches listings, and other processes write here.
+            return [p.rstrip("/") for p in self.fs.ls(folder, detail=False, **({} if self.local else {"refresh": True}))]
         except FileNotFoundError:
             return []
 

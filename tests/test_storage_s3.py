@@ -96,7 +96,7 @@ def _writer(url: str, dataset: str, rounds: int) -> None:
         storage.replace_partition(METRICS, dataset, frame, stamp=_stamp("metrics", dataset, f"{dataset}-{k}"))
 
 
-def test_writers_in_separate_processes_lose_nothing_in_the_bucket(bucket):
+def test_writers_in_separate_processes_lose_nothing_and_readers_see_their_commits(bucket):
     _, name = bucket
     url = f"s3://{name}/tables"
     datasets = [f"d{k}" for k in range(4)]
@@ -112,6 +112,15 @@ def test_writers_in_separate_processes_lose_nothing_in_the_bucket(bucket):
     assert sorted(table["partition"].unique()) == datasets and len(table) == 20 * len(datasets)
     assert set(table["round"]) == {3}
     assert {partition for (_, partition) in storage.store.current_stamps()} == set(datasets)
+    # This process has listed the bucket; others write a partition again and a new one; this process sees both.
+    for dataset, rounds in (("d0", 6), ("d4", 2)):
+        writer = context.Process(target=_writer, args=(url, dataset, rounds))
+        writer.start()
+        writer.join(120)
+        assert writer.exitcode == 0
+    table = storage.read_table(METRICS)
+    assert table.groupby("partition")["round"].max().to_dict() == {"d0": 5, "d1": 3, "d2": 3, "d3": 3, "d4": 1}
+    assert {partition for (_, partition) in storage.store.current_stamps()} == {*datasets, "d4"}
 
 
 def test_the_data_layer_writes_its_tables_to_the_bucket(bucket, synth_all, tmp_path, monkeypatch):

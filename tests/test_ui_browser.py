@@ -7,8 +7,9 @@ materialised for both; and "Execute all" on the Checks tab of `harmonised_labels
 reporting each dataset's verdict, not a row of false failures. The global lineage graph, its groups expanded,
 draws a node for every asset of the code location; and "Materialize" on `harmonised_labels` with one partition
 picked in the launch dialog (IDRiD: labelled again from the same records, so the other tests see what they saw)
-launches one run of that partition, which succeeds and records a new materialisation. The arena report the demo
-built shows its figures on its asset page (Markdown images in the metadata).
+launches one run of that partition, which succeeds and records a new materialisation; with both datasets picked,
+on `dataset_records`, it launches a backfill that the daemon runs as one run. The arena report the demo built
+shows its figures on its asset page (Markdown images in the metadata).
 """
 
 from __future__ import annotations
@@ -453,3 +454,52 @@ def _instance_state(instance) -> str:
                      f"{[(c.run_id[:8], c.step_key) for c in info.claimed_slots]}; pending "
                      f"{[(c.run_id[:8], c.step_key) for c in info.pending_steps]}")
     return "\n".join(lines)
+
+
+def test_a_backfill_of_both_datasets_from_the_ui_runs_as_one_run(page, home):
+    """"Materialize" on dataset_records with both datasets picked launches a backfill; the daemon runs it as one
+    run over the range (the asset's single-run backfill policy), and each dataset gets its own materialisation
+    by that run with its own metadata. The records are read again from the same files, so nothing else changes."""
+    import dagster as dg
+
+    with _instance(home) as instance:
+        known = {backfill.backfill_id for backfill in instance.get_backfills()}
+    page.open("/assets/dataset_records")
+    _text(page, "Upstream assets")
+    page.get_by_role("button", name=re.compile("Materialize")).first.click()
+    dialog = _shown(page, page.get_by_role("dialog").filter(has_text="Launch runs to materialize"), "the launch dialog")
+    _shown(page, dialog.get_by_role("button", name="All", exact=True), "the partition choice 'All'").click()
+    _shown(page, dialog.get_by_text("2 partitions"), "both datasets picked")
+    picked = dialog.inner_text()
+    assert "Backfills all partitions in a single run." in picked, picked  # the UI states the asset's policy
+    dialog.get_by_role("button", name="Launch backfill").click()
+
+    backfill = _wait_for_backfill(home, known)
+    assert backfill.status.value.startswith("COMPLETED"), backfill.status
+    with _instance(home) as instance:
+        runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/backfill": backfill.backfill_id}))
+        assert len(runs) == 1, [(r.run_id, r.tags) for r in runs]
+        [run] = runs
+        assert run.status == dg.DagsterRunStatus.SUCCESS, (run.status, _run_errors(home, run.run_id))
+        assert (run.tags["dagster/asset_partition_range_start"], run.tags["dagster/asset_partition_range_end"]) \
+            == DATASETS, run.tags
+        for dataset in DATASETS:
+            [record] = instance.fetch_materializations(dg.AssetRecordsFilter(
+                asset_key=dg.AssetKey("dataset_records"), asset_partitions=[dataset]), limit=1).records
+            metadata = record.asset_materialization.metadata
+            assert record.run_id == run.run_id, dataset
+            assert metadata["dagster/table_name"].value == f"records.{dataset}", dataset
+
+
+def _wait_for_backfill(home, known: set[str], timeout: float = 240):
+    """The backfill launched from the UI (not among `known`), once the daemon has finished it."""
+    from dagster._core.execution.backfill import BulkActionStatus
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with _instance(home) as instance:
+            new = [b for b in instance.get_backfills() if b.backfill_id not in known]
+        if new and new[0].status not in (BulkActionStatus.REQUESTED, BulkActionStatus.CANCELING):
+            return new[0]
+        time.sleep(2)
+    raise AssertionError(f"no backfill finished within {timeout}s (new: {new})")

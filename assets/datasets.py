@@ -114,7 +114,7 @@ def _read_records(context, key: str, datasets: DatasetRoots, storage: FocusStora
                                             (layout.QUARANTINE, key, result.quarantine),
                                             (layout.UNLISTED_IMAGES, key, _unlisted_frame(result)),
                                             (layout.IMAGE_NOTES, key, _notes_frame(result))], stamp=stamp)
-    context.log.info(f"{key}: {result.accounting_line()}")
+    context.log.info(result.accounting_line())
     return Materialised({"dataset_records": _records_metadata(result, table, release.version)
                          | {"lineage_version": stamp["version"]}})
 

@@ -78,7 +78,7 @@ def _harmonise(context, key: str, datasets: DatasetRoots, storage: FocusStorage)
                                stamp=stamp)
     # The GPU steps read this one file (stamp included) rather than the tables.
     export, export_sha = storage.write_parquet(layout.labels_file(key), result.labels, stamp)
-    context.log.info(f"{key}: {result.accounting_line()}")
+    context.log.info(result.accounting_line())
     metadata = labels_metadata(result) | {"export": dg.MetadataValue.path(str(export)), "export_sha256": export_sha,
                                           "labels_version": stamp["version"],
                                           "release_version": lineage.fact(read, "inputs", "release", "version")}

@@ -31,6 +31,7 @@ import pytest
 
 from focus_dagster.instance import REPO_ROOT
 from tests.conftest import require_postgres
+from tests.daemon import running_daemon
 from tests.postgres_server import running_postgres
 
 PROFILE = REPO_ROOT / "deploy" / "postgres" / "dagster.yaml"
@@ -218,11 +219,8 @@ def test_automation_ticks_land_in_postgres(home, demo, server):
     """The daemon, on the PostgreSQL instance, ticks the `focus_refresh` sensor; the ticks are in PostgreSQL."""
     from dagster._serdes import deserialize_value
 
-    log = open(home.tmp / "daemon.log", "w")
     since = time.time()
-    daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=REPO_ROOT,
-                              env=home.daemon_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
+    with running_daemon(home.daemon_env, home.tmp / "daemon.log") as daemon:
         deadline, ticks = time.monotonic() + 150, []
         while not ticks:
             assert daemon.poll() is None, (home.tmp / "daemon.log").read_text()[-4000:]
@@ -235,14 +233,6 @@ def test_automation_ticks_land_in_postgres(home, demo, server):
                      for tick_id, origin, selector, status, body in rows]
             ticks = [tick for tick in ticks if tick[-1].instigator_name == "focus_refresh"]
         heartbeats = {kind for (kind,) in sql(server, "SELECT daemon_type FROM daemon_heartbeats")}
-    finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
-            daemon.wait()
-        log.close()
 
     tick_id, origin, selector, status, tick = ticks[0]
     assert tick.timestamp >= since

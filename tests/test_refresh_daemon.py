@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,8 +17,8 @@ import dagster as dg
 import pytest
 from tests.automation_driver import unsynced
 from tests.conftest import copy_tree
+from tests.daemon import running_daemon
 
-REPO = Path(__file__).resolve().parents[1]
 SETTLE_TICKS = 3  # consecutive ticks that request nothing, with no run waiting or running
 TIMEOUT = 420
 LABELS_FILE = Path("B. Disease Grading") / "2. Groundtruths" / "a. IDRiD_Disease Grading_Training Labels.csv"
@@ -58,16 +55,8 @@ def home(synth_all, tmp_path, monkeypatch):
 @pytest.fixture
 def daemon(home):
     tmp_path, _, env = home
-    log = open(tmp_path / "daemon.log", "w")
-    process = subprocess.Popen([str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", "workspace.yaml"],
-                               cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    yield tmp_path / "daemon.log"
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-    log.close()
+    with running_daemon(env, tmp_path / "daemon.log"):
+        yield tmp_path / "daemon.log"
 
 
 def ticks(log: Path) -> list[int]:

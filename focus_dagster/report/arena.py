@@ -141,9 +141,11 @@ def spider_table(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per (top configuration, axis): the value shown (higher is better), the metric row it comes from
     (value, metric_id), or the reason there is none."""
     top = top_configurations(frame)
+    # Each top configuration's metric rows, gathered in one join over the table.
+    by_config = dict(list(frame.merge(top[KEY].drop_duplicates(), on=KEY).groupby(KEY)))
     rows = []
     for rank, config in enumerate(top.to_dict("records")):
-        mine = frame[(frame[KEY] == pd.Series({k: config[k] for k in KEY})).all(axis=1)]
+        mine = by_config[tuple(config[k] for k in KEY)]
         for axis in SPIDER_AXES:
             found = _rows(mine, axis.axis, axis.metric, axis.group)
             if found.empty and axis.attribute:  # no gap row: the attribute's own row says why

@@ -160,14 +160,16 @@ def test_jpegs_the_device_refuses_are_decoded_on_the_cpu(fundus_jpegs, monkeypat
 
 def test_a_run_with_the_device_decoder_reads_what_the_cpu_run_reads(fundus_jpegs, tmp_path):
     """The engine's device branch, run with the CPU as the device: bytes from the workers, decoded in batches in
-    the main process, a PNG decoded by the workers, a broken file recorded; the cache filled for the next run."""
+    the main process, a PNG and a CMYK JPEG decoded by the workers, a broken file recorded; the cache filled for
+    the next run."""
     paths = []
     for i, data in enumerate(fundus_jpegs):
         paths.append(tmp_path / f"img{i}.jpg")
         paths[-1].write_bytes(data)
     Image.open(io.BytesIO(fundus_jpegs[0])).save(tmp_path / "png.jpg", format="PNG")
+    Image.open(io.BytesIO(fundus_jpegs[2])).convert("CMYK").save(tmp_path / "cmyk.jpg", quality=95)
     (tmp_path / "broken.jpg").write_bytes(fundus_jpegs[1][:500])
-    items = [(p.stem, str(p)) for p in paths] + [("png", str(tmp_path / "png.jpg")), ("broken", str(tmp_path / "broken.jpg"))]
+    items = [(p.stem, str(p)) for p in paths] + [(name, str(tmp_path / f"{name}.jpg")) for name in ("png", "cmyk", "broken")]
     pre = Preprocess(size=64, resize_to=72)
     mean_pixel = lambda pixels: pixels.float().mean(dim=(2, 3))  # noqa: E731
     options = dict(fingerprint="m", num_workers=0, batch_size=4, pixel_cache=tmp_path / "pixels")
@@ -175,12 +177,13 @@ def test_a_run_with_the_device_decoder_reads_what_the_cpu_run_reads(fundus_jpegs
                               decoder=Decoder(cpu="pil", device="cpu"), **options)
     on_cpu = run_on_images(mean_pixel, items, pre, work_dir=tmp_path / "b", device="cpu",
                            decoder=Decoder(cpu="pil"), **options)
-    assert on_device.image_ids == on_cpu.image_ids == ["img0", "img1", "img2", "png"]
+    assert on_device.image_ids == on_cpu.image_ids == ["img0", "img1", "img2", "png", "cmyk"]
     assert list(on_device.failed) == ["broken"] and on_device.decoder == "nvjpeg"
     assert np.abs(on_device.outputs - on_cpu.outputs).max() < 2.0  # mean pixel value, in levels
+    assert np.array_equal(on_device.outputs[3:], on_cpu.outputs[3:])  # PNG and CMYK: the CPU decoder's pixels
     again = run_on_images(mean_pixel, items, pre, work_dir=tmp_path / "c", device="cpu",
                           decoder=Decoder(cpu="pil", device="cpu"), **options)
-    assert (again.pixels_from_cache, again.pixels_decoded) == (4, 0)
+    assert (again.pixels_from_cache, again.pixels_decoded) == (5, 0)
     assert np.array_equal(again.outputs, on_device.outputs)
 
 

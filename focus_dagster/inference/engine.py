@@ -26,7 +26,7 @@ import numpy as np
 
 from focus_dagster.files import atomic_path
 from focus_dagster.inference.device_decode import Decoder, choose_decoder, decode_batch
-from focus_dagster.inference.images import is_jpeg, normalise, pixels_from_bytes
+from focus_dagster.inference.images import is_colour_jpeg, normalise, pixels_from_bytes
 from focus_dagster.inference.pixel_cache import KnownHashes, PixelCache, content_hash_of, preprocessing_key
 from focus_dagster.models.spec import Preprocess
 
@@ -137,7 +137,7 @@ class ImageFiles:
         if cached is not None:
             return Fetched(index, torch.from_numpy(cached), None, key, CACHED)
         data = Path(path).read_bytes() if data is None else data
-        if self.decoder.device and is_jpeg(data):
+        if self.decoder.device and is_colour_jpeg(data):
             return Fetched(index, None, torch.frombuffer(bytearray(data), dtype=torch.uint8), key, ON_DEVICE)
         pixels = pixels_from_bytes(data, self.preprocess, self.decoder.cpu)
         if self.cache:

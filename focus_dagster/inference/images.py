@@ -34,6 +34,12 @@ def is_jpeg(data: bytes) -> bool:
     return bytes(data[:3]) == JPEG_MAGIC
 
 
+def is_colour_jpeg(data: bytes) -> bool:
+    """A JPEG in YCbCr or grey (what cameras write), not CMYK: only these leave the CPU path, whose CMYK
+    conversion is Pillow's. Reads the header only."""
+    return is_jpeg(data) and Image.open(io.BytesIO(data)).mode in ("RGB", "L")
+
+
 def default_cpu_decoder() -> str:
     """simplejpeg where it is installed (it is a dependency; a bare environment still decodes with Pillow)."""
     try:

@@ -484,17 +484,27 @@ def measure_mllm(mllm, device: str, batch: int, measured: int, images: list[Path
     from focus_dagster.questions import QuestionBook
 
     questions = [QuestionBook().question(task, "brset").text for task in TASKS]
+    scorer = yes_no_scorer(mllm, questions)
     reset_peak(device)
-    rate, out, used = engine_rate(yes_no_scorer(mllm, questions), mllm.spec.preprocess, device, batch, measured)
+    rate, out, used = engine_rate(scorer, mllm.spec.preprocess, device, batch, measured)
     scores = out.reshape(batch, len(TASKS), len(VALUES))[:, :, 0]
     if not ((scores >= 0) & (scores <= 1)).all():
         raise RuntimeError(f"{mllm.spec.id}: p_yes outside [0, 1]")
     # No answer is generated (first-token scoring only): its column is NaN by design, the others must be finite.
     read = [i for i in range(out.shape[1]) if VALUES[i % len(VALUES)] != "answer_code"]
     scoring = {"images_per_s": round(rate, 3), "prompts_per_s": round(rate * len(TASKS), 3), "batch_images": used,
-               "questions_per_image": len(TASKS), "scoring_peak_gib": peak_gib(device),
+               "questions_per_image": len(TASKS), "prompt_tokens": prompt_tokens(scorer, mllm.spec.preprocess.size, questions[0]),
+               "scoring_peak_gib": peak_gib(device),
                **check_outputs(out, batch, len(TASKS) * len(VALUES), mllm.spec.id, read)}
     return {**scoring, **lora_step(mllm, device, questions[0], images)}
+
+
+def prompt_tokens(scorer, size: int, question: str) -> int:
+    """Tokens of one prompt as the scorer builds it (the image's tokens, the chat turns, the question): the length
+    every scored prompt and training example costs."""
+    import torch
+
+    return int(scorer.inputs([torch.zeros(3, size, size)], [scorer.prompt(question)])["input_ids"].shape[1])
 
 
 def lora_step(mllm, device: str, question: str, images: list[Path]) -> dict:
@@ -617,8 +627,9 @@ def base_configurations(grid: list, tasks: dict) -> int:
 
 def rate_text(row: dict) -> str:
     if "prompts_per_s" in row:
-        return (f"{row['images_per_s']:8.2f} images/s = {row['prompts_per_s']:8.2f} prompts/s (batch "
-                f"{row['batch_images']} images); LoRA {row['train_examples_per_s']:.2f} examples/s")
+        return (f"{row['images_per_s']:8.2f} images/s = {row['prompts_per_s']:8.2f} prompts/s of "
+                f"{row['prompt_tokens']} tokens (batch {row['batch_images']} images); "
+                f"LoRA {row['train_examples_per_s']:.2f} examples/s")
     return f"{row['images_per_s']:9.1f} images/s (batch {row['batch']}, {row['embedding_dim']}-d)"
 
 

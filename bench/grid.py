@@ -492,9 +492,9 @@ def measure_mllm(mllm, device: str, batch: int, measured: int, images: list[Path
         raise RuntimeError(f"{mllm.spec.id}: p_yes outside [0, 1]")
     # No answer is generated (first-token scoring only): its column is NaN by design, the others must be finite.
     read = [i for i in range(out.shape[1]) if VALUES[i % len(VALUES)] != "answer_code"]
+    tokens = prompt_tokens(scorer, mllm.spec.preprocess.size, questions[0])
     scoring = {"images_per_s": round(rate, 3), "prompts_per_s": round(rate * len(TASKS), 3), "batch_images": used,
-               "questions_per_image": len(TASKS), "prompt_tokens": prompt_tokens(scorer, mllm.spec.preprocess.size, questions[0]),
-               "scoring_peak_gib": peak_gib(device),
+               "questions_per_image": len(TASKS), "prompt_tokens": tokens, "scoring_peak_gib": peak_gib(device),
                **check_outputs(out, batch, len(TASKS) * len(VALUES), mllm.spec.id, read)}
     return {**scoring, **lora_step(mllm, device, questions[0], images)}
 

@@ -4,8 +4,8 @@ Fundus JPEGs are 1,600-4,300 px; models want 224-518 px. Decoding the full image
 wastes most of the work, so JPEGs are decoded at a reduced DCT scale that still leaves at least the
 resolution the resize needs; the result matches a full decode followed by the same resize to within
 resampling noise. Two CPU decoders do this: libjpeg-turbo through `simplejpeg` (the default where it is
-installed: it decodes the bench's full-size JPEGs faster, bench/results/README.md) and Pillow's `draft`,
-which also reads every format that is not a JPEG and decides about JPEGs `simplejpeg` refuses.
+installed: a few percent less core time per full-size JPEG, the same pixels, bench/results/README.md) and
+Pillow's `draft`, which also reads every format that is not a JPEG and decides about JPEGs `simplejpeg` refuses.
 """
 
 from __future__ import annotations

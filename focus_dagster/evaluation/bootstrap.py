@@ -238,17 +238,17 @@ class Resamples:
         indicator = self._indicator(images, whole, 1, threshold)
         ranking = self._ranking(images, whole, 1) if "auroc" in names else None
         steps = self._precision_steps() if "auprc" in names else None
-        forms = [name for name in names if name in ("ece", "ece_15", "ece_top_label")]
-        gaps = np.hstack([self._gap_columns(name, images, whole, 1, n_bins) for name in forms]) if forms else None
-        widths = np.cumsum([_bins(name, n_bins) + 1 for name in forms])[:-1]
+        # One product per ECE form, never one over the forms' columns side by side: BLAS sums a column in an order
+        # that depends on the matrix's width, and a form's replicates must not depend on which others are asked for.
+        gaps = {name: self._gap_columns(name, images, whole, 1, n_bins)
+                for name in names if name in ("ece", "ece_15", "ece_top_label")}
         squared_error = (self.probabilities - self.y) ** 2 if "brier" in names else None
         out = {name: [] for name in names}
         for block in self.blocks:
             counts = block.counts_at(indicator, 1)
             values = {name: counts.rate(name) for name in THRESHOLD_METRICS if name in names}
-            if forms:  # one product for the (bin) columns of all ECE forms
-                for name, sums in zip(forms, np.split(block.float_counts @ gaps, widths, axis=1)):
-                    values[name] = _calibration_error(sums[:, None, :], counts.size)
+            for name, columns in gaps.items():
+                values[name] = _calibration_error((block.float_counts @ columns)[:, None, :], counts.size)
             if squared_error is not None:
                 values["brier"] = _ratio((block.float_counts @ squared_error)[:, None], counts.size)
             if ranking is not None:

@@ -28,7 +28,8 @@ ZERO_SHOT_JOB = "focus_zero_shot_scores"
 EMBEDDINGS_DESCRIPTION = (
     "Frozen image embeddings of one model on one dataset: one vector per harmonised image (Parquet in the "
     "artifact store: image_id + embedding, written atomically). Computed in batches on the GPU when there is "
-    "one (bf16 autocast), images decoded in worker processes (JPEGs on the GPU with nvJPEG when there is one); "
+    "one (bf16 autocast; the model's repeated blocks compiled with torch.compile, checked against eager on a "
+    "seeded batch, `compile:` in focus.yaml), images decoded in worker processes (JPEGs on the GPU with nvJPEG when there is one); "
     "each image is decoded once per preprocessing and its pixels kept under `pixels/<dataset>/` by content "
     "hash, so the next model with the same input size reads pixels, not JPEGs. Work is kept in shards, so an "
     "interrupted run resumes and a changed model, revision, preprocessing, decoder or label set recomputes. "
@@ -77,7 +78,8 @@ def _embeddings_asset(partitions: dg.MultiPartitionsDefinition, op_tags: dict[st
     def image_embeddings(
         context: dg.AssetExecutionContext, datasets: DatasetRoots, models: ModelHub, storage: FocusStorage
     ):
-        from focus_dagster.inference.engine import pick_device, run_fingerprint, run_on_images
+        from focus_dagster.inference.compiled import compile_encoder
+        from focus_dagster.inference.engine import default_batch_size, pick_device, run_fingerprint, run_on_images
 
         model_id, dataset = model_and_dataset(context)
         labels, labels_stamp = storage.read_stamped_labels(dataset)
@@ -87,21 +89,24 @@ def _embeddings_asset(partitions: dg.MultiPartitionsDefinition, op_tags: dict[st
         except CheckpointError as exc:
             yield dg.AssetCheckResult(check_name="checkpoint_audit", passed=False, metadata={"error": str(exc)})
             raise
+        forward = compile_encoder(encoder.embed, encoder.modules, encoder.spec.preprocess, device,
+                                  mode=models.compile_mode, batch_size=default_batch_size(device), log=context.log.info)
         items = image_files(datasets, dataset, labels)
         run = run_on_images(
-            encoder.embed, items, encoder.spec.preprocess,
+            forward.forward, items, encoder.spec.preprocess,
             work_dir=storage.artifact_path(layout.EMBEDDINGS.shards(model_id, dataset)),
-            fingerprint=run_fingerprint(_fingerprint_parts(encoder)),
+            fingerprint=run_fingerprint(_fingerprint_parts(encoder, forward)),
             device=device, progress=context.log.info,
             pixel_cache=storage.artifact_path(layout.pixels_dir(dataset)),
             known_hashes=labelled_hashes(items, labels, storage.artifact_path(layout.labels_file(dataset))),
         )
         frame = pd.DataFrame({"image_id": run.image_ids, "embedding": list(run.outputs)})
         stamp = model_output_stamp("image_embeddings", model_id, dataset, context.run_id, frame, encoder,
-                                   labels=labels_stamp)
+                                   labels=labels_stamp, forward=forward.mode)
         path, sha = storage.write_parquet(layout.EMBEDDINGS.file(model_id, dataset), frame, stamp)
         yield dg.MaterializeResult(metadata=_embedding_metadata(encoder, run, dataset, path, sha)
-                                   | {"lineage_version": stamp["version"]})
+                                   | {"lineage_version": stamp["version"], "forward": forward.mode,
+                                      "compile": dg.MetadataValue.json(forward.summary())})
         yield checkpoint_audit_result(encoder.report)
 
     return image_embeddings
@@ -188,12 +193,15 @@ def checkpoint_audit_result(report) -> dg.AssetCheckResult:
     )
 
 
-def _fingerprint_parts(encoder) -> dict:
+def _fingerprint_parts(encoder, forward) -> dict:
+    """Everything that decides the numbers; a compiled forward rounds differently from eager, so its shards are
+    its own (eager runs keep the key they had before compiling existed)."""
     from focus_dagster import __version__
 
     spec = encoder.spec
-    return {"model": spec.id, "revision": spec.revision, "weights": encoder.report.weights_sha256,
-            "preprocess": spec.preprocess, "pooling": spec.pooling, "family": spec.family, "code": __version__}
+    parts = {"model": spec.id, "revision": spec.revision, "weights": encoder.report.weights_sha256,
+             "preprocess": spec.preprocess, "pooling": spec.pooling, "family": spec.family, "code": __version__}
+    return parts | ({"forward": forward.mode} if forward.is_compiled else {})
 
 
 def _embedding_metadata(encoder, run, dataset: str, path, sha: str) -> dict:

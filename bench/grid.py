@@ -470,11 +470,18 @@ def check_outputs(out, rows: int, columns: int, name: str, finite=None) -> dict:
     return {"output_shape": list(out.shape), "finite": True}
 
 
-def measure_encoder(encoder, device: str, batch: int, measured: int, min_seconds: float) -> dict:
-    """Images/s of the engine over the encoder's `embed`, and its peak memory."""
+def measure_encoder(encoder, device: str, batch: int, measured: int, min_seconds: float, compile_mode: str) -> dict:
+    """Images/s of the engine over the encoder's forward (its `embed`, compiled as `compile_mode` says: the seconds
+    compiling and checking took count once per dataset in the projection), and its peak memory."""
+    from focus_dagster.inference.compiled import compile_encoder
+
     reset_peak(device)
-    rate, out, used = engine_rate(encoder.embed, encoder.spec.preprocess, device, batch, measured, min_seconds)
-    return {"images_per_s": round(rate, 2), "batch": used, "embedding_dim": encoder.dim,
+    forward = compile_encoder(encoder.embed, encoder.modules, encoder.spec.preprocess, device, mode=compile_mode,
+                              batch_size=batch)
+    rate, out, used = engine_rate(forward.forward, encoder.spec.preprocess, device, batch, measured, min_seconds)
+    compiled = {"forward": forward.mode} | ({"compile_s": forward.seconds} if forward.is_compiled else {}) | (
+        {"compile_reason": forward.reason} if forward.reason else {})
+    return {"images_per_s": round(rate, 2), "batch": used, "embedding_dim": encoder.dim, **compiled,
             "peak_gib": peak_gib(device), **check_outputs(out, batch, encoder.dim, encoder.spec.id)}
 
 
@@ -549,7 +556,7 @@ def run_arch(arch: Arch, args, device: str, images: list[Path]) -> dict:
     if arch.is_mllm:
         row.update(measure_mllm(loaded, device, args.mllm_batch, args.batches, images))
     else:
-        row.update(measure_encoder(loaded, device, args.batch, args.batches, args.seconds))
+        row.update(measure_encoder(loaded, device, args.batch, args.batches, args.seconds, args.compile))
     del loaded, model
     gc.collect()
     if device.startswith("cuda"):
@@ -586,6 +593,8 @@ def grid_projection(rates: dict, grid: list[tuple[str, str, str]], sizes: dict, 
         else:
             work = {"images": sum(images.values())}
             seconds = None if rate is None else {"embedding": work["images"] / rate["images_per_s"]}
+            if seconds is not None and rate.get("compile_s"):  # each dataset is a step of its own, compiling again
+                seconds["compiling"] = rate["compile_s"] * len(sizes)
         hours = None if seconds is None else {phase: s / 3600 for phase, s in seconds.items()}
         rows.append({"model": model, "architecture": arch, "interface": interface, **work, "hours": hours,
                      "total_hours": None if hours is None else sum(hours.values())})
@@ -630,7 +639,8 @@ def rate_text(row: dict) -> str:
         return (f"{row['images_per_s']:8.2f} images/s = {row['prompts_per_s']:8.2f} prompts/s of "
                 f"{row['prompt_tokens']} tokens (batch {row['batch_images']} images); "
                 f"LoRA {row['train_examples_per_s']:.2f} examples/s")
-    return f"{row['images_per_s']:9.1f} images/s (batch {row['batch']}, {row['embedding_dim']}-d)"
+    compiled = f", compiled {row['forward']} in {row['compile_s']:.0f} s" if row.get("compile_s") else ""
+    return f"{row['images_per_s']:9.1f} images/s (batch {row['batch']}, {row['embedding_dim']}-d{compiled})"
 
 
 def memory_text(row: dict) -> str:
@@ -660,6 +670,8 @@ def print_projection(projection: dict, smoke: bool) -> None:
 
 
 def parse(argv):
+    from focus_dagster.config import COMPILE_MODES
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="CPU, every architecture shrunk: checks the logic only")
     parser.add_argument("--only", nargs="+", choices=[arch.name for arch in ARCHS], help="these architectures only")
@@ -669,6 +681,10 @@ def parse(argv):
     parser.add_argument("--mllm-batch", type=int, help="MLLM images per batch, x 3 questions (default 8; smoke 2)")
     parser.add_argument("--batches", type=int, help="measured batches after the warm-up (default 2; smoke 1)")
     parser.add_argument("--seconds", type=float, help="encoders: measure at least this long (default 2; smoke 0)")
+    parser.add_argument("--compile", choices=COMPILE_MODES, default="off",
+                        help="encoders' forward (focus_dagster/inference/compiled.py; default off: eager rates bound "
+                             "the encoders' share from above, and compiling twelve architectures would not fit the "
+                             "8-minute run; bench/encoders.py --vit-large-only measures what compiling gains)")
     parser.add_argument("--json", type=Path, help=f"write the figures here (default on a GPU: {RESULT})")
     args = parser.parse_args(argv)
     defaults = {"mllm_batch": 2, "batches": 1, "seconds": 0.0} if args.smoke else {"mllm_batch": 8, "batches": 2,

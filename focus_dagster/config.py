@@ -14,6 +14,7 @@ FOCUS_CONFIG) maps dataset keys to the local roots of real copies:
     questions: {version: site-1, tasks: {gon: "..."}}   # yes/no questions for multimodal LLMs (optional)
     image_check: header                 # none | header | full
     executor: in_process                # in_process (default) | multiprocess | k8s: how a run executes its steps
+    compile: auto                       # auto (blocks on CUDA, eager on a CPU) | off | blocks | whole: encoders
     kubernetes: {gpu_node_selector: {nvidia.com/gpu.present: "true"}}   # step pods under executor k8s (deploy/)
     lora: {train_datasets: [brset], settings: {learning_rate: 2.0e-5}}   # LoRA adapters (focus_dagster/adapter_plan.py)
 
@@ -41,11 +42,14 @@ DEFAULT_HOME = ".focus"
 DEFAULT_OBSERVE_CRON = "0 3 * * *"
 DEFAULT_REFRESH_SECONDS = 60  # how often the automation sensor evaluates the graph
 _TOP_LEVEL_KEYS = {"datasets", "synthetic", "release", "splits", "image_check", "models", "questions", "executor",
-                   "lora", "tables", "kubernetes"}
+                   "lora", "tables", "kubernetes", "compile"}
 # in_process: every step of a run in the run's own process (fast small steps); multiprocess: one process per
 # step (steps of a run in parallel, each paying its own imports); k8s: one Kubernetes Job per step, its pod
 # shaped by `kubernetes:` (GPU steps on GPU nodes; assets/kubernetes.py, deploy/README.md).
 EXECUTORS = ("in_process", "multiprocess", "k8s")
+# How encoders run on the device (focus_dagster/inference/compiled.py): auto = their repeated blocks compiled on CUDA,
+# eager on a CPU.
+COMPILE_MODES = ("auto", "off", "blocks", "whole")
 _SYNTHETIC_KEYS = {"per_dataset", "seed", "scale"}
 _RELEASE_KEYS = {"observe_cron", "content_hash", "refresh_seconds"}
 _SPLITS_KEYS = {"dir", "seed"}
@@ -68,6 +72,7 @@ class FocusConfig:
     observe_cron: str = DEFAULT_OBSERVE_CRON
     refresh_seconds: int = DEFAULT_REFRESH_SECONDS
     executor: str = EXECUTORS[0]
+    compile: str = COMPILE_MODES[0]  # how encoders run on the device (focus_dagster/inference/compiled.py)
     content_hash: bool = False
     image_check: str = DEFAULT_IMAGE_CHECK
     splits_dir: Path | None = None  # published split files; None = native or seeded splits
@@ -133,6 +138,7 @@ class FocusConfig:
             "splits": {"seed": self.split_seed, **({"dir": str(self.splits_dir)} if self.splits_dir else {})},
             "image_check": self.image_check,
             "executor": self.executor,
+            "compile": self.compile,
         }
         if self.models is not None:
             document["models"] = list(self.models)
@@ -182,10 +188,14 @@ def parse_config(raw: Any, home: Path, source: Path | None = None) -> FocusConfi
     executor = raw.get("executor", EXECUTORS[0])
     if executor not in EXECUTORS:
         raise ConfigError(f"{where}: executor must be one of {list(EXECUTORS)}, got {executor!r}.")
+    compile_mode = raw.get("compile", COMPILE_MODES[0])
+    if compile_mode not in COMPILE_MODES:
+        raise ConfigError(f"{where}: compile must be one of {list(COMPILE_MODES)}, got {compile_mode!r}.")
     return FocusConfig(
         home=home,
         roots=roots,
         executor=executor,
+        compile=compile_mode,
         synthetic=synthetic,
         observe_cron=str(release.get("observe_cron", DEFAULT_OBSERVE_CRON)),
         content_hash=bool(release.get("content_hash", False)),

@@ -15,10 +15,12 @@ class ModelHub(ConfigurableResource):
 
     entries_json: str = ""
     cache_dir: str
+    compile_mode: str = "auto"  # encoders on the device: auto | off | blocks | whole (inference/compiled.py)
 
     @classmethod
     def from_config(cls, config: FocusConfig) -> ModelHub:
-        return cls(entries_json=json.dumps(list(config.models)) if config.models else "", cache_dir=str(config.model_cache))
+        return cls(entries_json=json.dumps(list(config.models)) if config.models else "", cache_dir=str(config.model_cache),
+                   compile_mode=config.compile)
 
     def specs(self) -> dict:
         from focus_dagster.models.selection import resolve_models

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -58,6 +59,15 @@ def test_a_model_without_a_rate_leaves_the_total_incomplete(grid):
     assert projection["total_hours"] == pytest.approx(1 / 3600)  # 10 images at 10/s
 
 
+def test_compiling_counts_once_per_dataset_in_the_projection(grid):
+    rates = {"enc": {"images_per_s": 30.0, "compile_s": 12.0}}
+    projection = grid.grid_projection(rates, [("e1", "enc", "vm")], {"A": (100, 0, 50), "B": (10, 5, 5)},
+                                      {"A": ["gon"], "B": ["gon"]}, [], [])
+    # 170 images at 30/s, and two datasets' steps compiling 12 s each
+    assert projection["models"][0]["hours"] == pytest.approx({"embedding": 170 / 30 / 3600, "compiling": 24 / 3600})
+    assert projection["phase_hours"]["compiling"] == pytest.approx(24 / 3600)
+
+
 @pytest.mark.parametrize("name, published_billions, image_tokens", [
     ("gemma3_27b", 27.4, 256),  # model card 27.4B; 256 soft tokens per image
     ("gemma3_4b", 4.30, 256),  # 4.3B
@@ -98,6 +108,17 @@ def test_smoke_run_through_the_platform_path(grid, tmp_path):
     assert measured == {"vit_large", "flair", "retfound_mae_naturecfp", "retfound_mae_natureoct", "retfound_mae_meh",
                         "retfound_mae_shanghai", "medgemma_4b", "medgemma_1_5_4b"}
     assert json.loads(out.read_text())["mode"] == "smoke"
+    assert {rows[name]["forward"] for name in ("vit_large", "retfound_mae", "flair")} == {"eager"}  # --compile off
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="inductor needs a C compiler on a CPU")
+def test_smoke_run_with_compiled_blocks(grid):
+    figures = grid.main(["--smoke", "--only", "vit_large", "--compile", "blocks"])
+    row = figures["architectures"]["vit_large"]
+    assert row["forward"] == "blocks" and row["compile_s"] > 0 and "compile_reason" not in row
+    assert row["output_shape"] == [4, 32] and row["finite"]
+    [projected] = [r for r in figures["projection"]["models"] if r["model"] == "vit_large"]
+    assert projected["hours"]["compiling"] == pytest.approx(row["compile_s"] * 10 / 3600)  # ten datasets
 
 
 def test_budget_guard_skips_what_does_not_fit(grid, capsys):

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
+from dataclasses import replace
+
 import dagster as dg
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -12,6 +16,8 @@ from focus_dagster.config import FocusConfig
 from focus_dagster.definitions import build_definitions
 from tests.conftest import copy_tree
 from tests.tables import table_views
+
+needs_compiler = pytest.mark.skipif(shutil.which("cc") is None, reason="inductor needs a C compiler on a CPU")
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +52,7 @@ def test_embeddings_cover_every_labelled_image_with_a_clean_audit(world, model):
     assert meta["dimension"] == 32 and len(frame["embedding"].iloc[0]) == 32
     assert meta["checkpoint_audit"]["clean"] and meta["checkpoint_audit"]["missing_count"] == 0
     assert meta["pipeline_check_model"] is True and meta["device"] == "cpu"
+    assert meta["forward"] == "eager" and meta["compile"]["requested"] == "auto"  # a CPU keeps the eager path
     again = materialize(defs, instance, EMBEDDINGS_JOB, model)
     resumed = pd.read_parquet(config.artifacts / "embeddings" / model / "brset.parquet")
     assert again["shards_reused"] >= 1  # resumed from shards, same vectors bit for bit
@@ -63,6 +70,22 @@ def test_zero_shot_scores_are_probabilities_per_task(world):
     assert meta["dagster/row_count"] == 3 * n and sorted(scores["task"].unique()) == ["any_dr", "gon", "referable_dr"]
     assert scores["score"].between(0, 1).all() and scores["score"].std() > 0
     assert meta["prompts_version"] == "reference-1"
+
+
+@needs_compiler
+def test_compiled_embeddings_match_eager_ones_and_keep_shards_of_their_own(world):
+    config, defs, instance = world
+    materialize(defs, instance, EMBEDDINGS_JOB, "tiny_vit")
+    eager = pd.read_parquet(config.artifacts / "embeddings" / "tiny_vit" / "brset.parquet")
+    compiled_defs = build_definitions(replace(config, compile="blocks"))
+    meta = materialize(compiled_defs, instance, EMBEDDINGS_JOB, "tiny_vit")
+    compiled = pd.read_parquet(config.artifacts / "embeddings" / "tiny_vit" / "brset.parquet")
+    assert meta["forward"] == "blocks" and meta["compile"]["blocks"] == 2  # tiny_vit: two transformer blocks
+    assert meta["shards_reused"] == 0  # eager shards are not compiled ones
+    assert compiled["image_id"].tolist() == eager["image_id"].tolist()
+    difference = np.abs(np.stack(compiled["embedding"]) - np.stack(eager["embedding"])).max()
+    assert difference < 1e-4 * np.abs(np.stack(eager["embedding"])).max()
+    materialize(defs, instance, EMBEDDINGS_JOB, "tiny_vit")  # eager again, for the tests after this one
 
 
 def test_an_unreadable_image_is_counted_and_the_rest_embedded(world):

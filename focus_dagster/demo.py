@@ -1,4 +1,4 @@
-"""`focus demo`: materialise the pipeline end to end on the configured datasets, in this process.
+"""`focus demo`: materialise the pipeline end to end on the configured datasets, from this process.
 
 Like `definitions.py`, this is wiring, not science: it runs the Dagster jobs against the persistent
 instance under FOCUS_HOME, so that every run shows up in the UI afterwards with its lineage.
@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from focus_dagster.config import load_config
 from focus_dagster.instance import UI_HOST, UI_PORT, prepare_dagster_home
@@ -39,6 +39,8 @@ WATCH_SECONDS = 1.0  # how often the main thread looks at the running job's pool
 # How long the main thread sleeps at a time. A signal that the kernel hands to the worker thread only wakes the
 # main thread, which alone runs Python's signal handlers, when its sleep ends: this is the demo's reaction time.
 WAKE_SECONDS = 0.1
+DEMO_RUN_TAG = "focus/demo_run"  # finds a run that execute_job created (executor: multiprocess)
+STEP_CONSOLE_LOG = "demo-step-processes.log"  # in the instance folder: what step processes print (multiprocess)
 _TERMINAL: list[int | None] = [None]  # stdout as it was before Dagster captured it for a run's compute logs
 _STOPPING: list[int] = []  # set once the demo is stopping: a further signal exits at once
 
@@ -94,33 +96,42 @@ def _pool_wait_seconds() -> float:
 
 class _Runner:
     """Executes the demo's jobs one at a time, each in a worker thread; meanwhile the main thread answers
-    signals and watches the run's pool waits (`Stop` when one lasts too long)."""
+    signals and watches the run's pool waits (`Stop` when one lasts too long).
 
-    def __init__(self, instance, dagster_home):
+    With `executor: in_process` (the default) a run's steps execute in this process; with `executor: multiprocess`
+    each step executes in a process of its own, as the runs the UI or the sensor launch would (Dagster's
+    execute_job over the job rebuilt from focus.yaml in every step process: `job_for_step_processes`). Under
+    `executor: k8s` the demo still executes here, in process: a step pod needs a cluster, which the demo does not
+    assume."""
+
+    def __init__(self, instance, dagster_home, executor: str = "in_process"):
         from focus_dagster.recovery import HOST_TAG, this_host
 
         self.instance, self.dagster_home = instance, dagster_home
+        self.out_of_process = executor == "multiprocess"
         self.tags = {HOST_TAG: this_host()}  # run monitoring judges a run's pid on its own host only
         self.run_id: str | None = None
         self.job_name: str | None = None
         self.worker: threading.Thread | None = None
         self.done = threading.Event()  # set when the worker has finished its job
         self._reported: set[tuple[str, str]] = set()
+        self._invocation: str | None = None  # the tag value that finds an out-of-process run before it is known
+        self.started_at: float | None = None  # when the running job started (epoch seconds)
 
     def execute(self, job, **kwargs):
-        """`job.execute_in_process(...)` on the instance, with the demo's quiet console."""
+        """The job on the instance (in process, or a process per step), with the demo's quiet console."""
         run_id, outcome, done = str(uuid.uuid4()), {}, threading.Event()
 
         def work():
             try:
-                outcome["result"] = job.execute_in_process(run_id=run_id, instance=self.instance, tags=self.tags,
-                                                           raise_on_error=False, run_config=QUIET, **kwargs)
+                outcome["result"] = self._execute(job, run_id, **kwargs)
             except BaseException as exc:  # handed to the main thread
                 outcome["error"] = exc
             finally:
                 done.set()
 
-        self.run_id, self.job_name, self.done = run_id, job.name, done
+        self.job_name, self.done, self.started_at = job.name, done, time.time() - 1.0  # create_time's resolution
+        self.run_id, self._invocation = (None, run_id) if self.out_of_process else (run_id, None)
         self.worker = threading.Thread(target=work, name=f"focus demo: {job.name}", daemon=True)
         self.worker.start()
         watched = time.monotonic()
@@ -131,19 +142,50 @@ class _Runner:
                 self._watch_pools()
                 watched = time.monotonic()
         self.worker.join()
-        self.run_id = self.job_name = self.worker = None
+        self.run_id = self.job_name = self.worker = self._invocation = self.started_at = None
         if "error" in outcome:
             raise outcome["error"]
         return outcome["result"]
 
+    def _execute(self, job, run_id: str, partition_key=None):
+        partition = {"partition_key": partition_key} if partition_key is not None else {}
+        if not self.out_of_process:
+            return job.execute_in_process(run_id=run_id, instance=self.instance, tags=self.tags,
+                                          raise_on_error=False, run_config=QUIET, **partition)
+        import dagster as dg
+
+        from focus_dagster.instance import REPO_ROOT
+
+        # execute_job makes the run itself: the tag finds it while it runs (its pool waits, a signal).
+        tags = {**self.tags, DEMO_RUN_TAG: run_id}
+        if partition_key is not None:
+            tags.update(job.get_tags_for_partition_key(partition_key, selected_asset_keys=None))
+        rebuilt = dg.build_reconstructable_job("focus_dagster.demo", "job_for_step_processes", (job.name,),
+                                               reconstructor_working_directory=str(REPO_ROOT))
+        with _stderr_to(self.dagster_home / STEP_CONSOLE_LOG):
+            return dg.execute_job(rebuilt, instance=self.instance, run_config=QUIET, tags=tags, raise_on_error=False)
+
+    def current_run_id(self) -> str | None:
+        """The run the worker is executing: known from the start in process, looked up by its tag otherwise (None
+        before execute_job has created it)."""
+        if self.run_id is None and self._invocation is not None:
+            import dagster as dg
+
+            records = self.instance.get_run_records(dg.RunsFilter(tags={DEMO_RUN_TAG: self._invocation}), limit=1)
+            self.run_id = records[0].dagster_run.run_id if records else None
+        return self.run_id
+
     def _watch_pools(self) -> None:
         from focus_dagster.pools import held_line, holders, report_wait, waits_of
 
-        for wait in waits_of(self.instance, self.run_id):
+        run_id = self.current_run_id()
+        if run_id is None:
+            return
+        for wait in waits_of(self.instance, run_id):
             if (wait.pool, wait.step_key) not in self._reported:
                 self._reported.add((wait.pool, wait.step_key))
-                line = report_wait(self.instance, self.instance.get_run_by_id(self.run_id), wait.step_key, wait.pool)
-                _tell(f"  step {wait.step_key} of run {self.run_id}: {line}")
+                line = report_wait(self.instance, self.instance.get_run_by_id(run_id), wait.step_key, wait.pool)
+                _tell(f"  step {wait.step_key} of run {run_id}: {line}")
             held_by = holders(self.instance, wait.pool)
             gone = bool(held_by) and all(h.gone for h in held_by)
             bound = min(_pool_wait_seconds(), GONE_HOLDER_WAIT_SECONDS) if gone else _pool_wait_seconds()
@@ -166,7 +208,7 @@ class _Runner:
         slots are freed; one line says why and which run to look at. A worker still running is abandoned by
         exiting the process at once: it cannot be interrupted, and it must not outlive its run's slots."""
         _STOPPING.append(0)
-        run_id = self.run_id
+        run_id = self.current_run_id()
         run = self.instance.get_run_by_id(run_id) if run_id else None
         if run is not None and not run.is_finished:
             message = f"focus demo: {stop.reason}"
@@ -185,10 +227,51 @@ class _Runner:
         _tell(f"focus demo: {stop.reason}{where}")
         if stop.advice:
             _tell(f"  {stop.advice}")
+        if self.out_of_process and self.started_at is not None:
+            # After the run is marked: a step process's end seen first would fail the run instead.
+            _kill_step_processes(self.started_at)
         if self.worker is not None and not self.done.is_set():
             sys.stderr.flush()
             os._exit(stop.code)
         return stop.code
+
+
+def _kill_step_processes(since: float) -> None:
+    """Kill the processes this one started since `since` (epoch seconds: the run's start), the step processes of the
+    multiprocess executor and their image decoders: nothing computes on for a run the demo has marked stopped, and
+    the demo exits at once after, before its executor could report their end as the run's failure. Older children
+    (a caller's servers, when the demo runs inside another program) are not the run's and are left alone."""
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        with suppress(psutil.NoSuchProcess):
+            if child.create_time() >= since:
+                child.kill()
+
+
+@contextmanager
+def _stderr_to(path):
+    """This process's stderr, and so the step processes' it starts, appended to `path` meanwhile: a step process
+    logs to the console at the instance's level whatever the run's loggers say, a dozen DEBUG lines per run; the
+    run's events are in the instance all the same."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def job_for_step_processes(job_name: str):
+    """The demo's job rebuilt from focus.yaml in a step process of the multiprocess executor (the environment, and
+    so FOCUS_HOME and FOCUS_CONFIG, is the demo's)."""
+    from focus_dagster.definitions import build_definitions
+
+    return build_definitions(load_config()).resolve_job_def(job_name)
 
 
 def run_demo() -> int:
@@ -236,7 +319,7 @@ def _demo() -> int:
     defs = build_definitions(config)
     os.environ["DAGSTER_HOME"] = str(dagster_home)
     with dg.DagsterInstance.get() as instance:
-        runner = _Runner(instance, dagster_home)
+        runner = _Runner(instance, dagster_home, config.executor)
         try:
             observed = runner.execute(defs.resolve_job_def(OBSERVE_JOB))
             if not observed.success:
@@ -279,6 +362,9 @@ def _demo() -> int:
     print("             " + ", ".join(layout.ARTIFACTS))
     print(f"  report:    {config.artifacts / layout.ARENA_REPORT_PAGE}   (.venv/bin/focus report --open)")
     print(f"  instance:  {dagster_home}")
+    if runner.out_of_process:
+        print(f"             every step in a process of its own (executor: multiprocess); their console: "
+              f"{dagster_home / STEP_CONSOLE_LOG}")
     print(f"  open the UI: make ui   (http://{UI_HOST}:{UI_PORT}, lineage graph and every run above)")
     return 1 if failures else 0
 

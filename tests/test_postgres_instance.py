@@ -5,8 +5,8 @@ without them the tests are skipped on a workstation, fail under CI, and `make te
 platform is pointed at it as a user would point it at theirs: FOCUS_INSTANCE=postgres and the FOCUS_PG_*
 variables, password included (the cluster checks it: scram-sha-256 over TCP). Then, on that one instance:
 
-- `focus demo` builds the graph (two small look-alikes, the seeded tiny ViT, `executor: multiprocess`; the
-  demo executes each run in its own process, Dagster's execute_in_process, whatever the executor);
+- `focus demo` builds the graph (two small look-alikes, the seeded tiny ViT, `executor: multiprocess`: every
+  step of the demo's runs in a process of its own);
 - the automation daemon ticks the `focus_refresh` sensor;
 - two runs launched from the command line execute at once, each step in its own process (the multiprocess
   executor), sharing the `gpu` pool through the instance;
@@ -196,6 +196,13 @@ def test_the_demo_lands_in_postgres(home, demo, server):
     assert DEMO_ASSETS <= assets, sorted(assets)
     records = {partition for key, partition, _ in materialised if json.loads(key) == ["dataset_records"]}
     assert records == set(DATASETS)
+
+    # The multiprocess executor, as focus.yaml asks: every step that succeeded started a process of its own.
+    per_run = sql(server, "SELECT run_id, sum(CASE WHEN dagster_event_type = 'STEP_WORKER_STARTED' THEN 1 ELSE 0 END), "
+                          "sum(CASE WHEN dagster_event_type = 'STEP_SUCCESS' THEN 1 ELSE 0 END) FROM event_logs "
+                          "GROUP BY run_id")
+    assert per_run and all(workers == steps > 0 for _, workers, steps in per_run), per_run
+    assert "every step in a process of its own (executor: multiprocess)" in demo.output
 
     # Every check evaluation is an event and an execution row, with its verdict, per dataset.
     evaluations = sql(server, "SELECT count(*) FROM event_logs WHERE dagster_event_type = 'ASSET_CHECK_EVALUATION'")

@@ -125,6 +125,41 @@ def test_a_model_without_a_repeated_stack_is_compiled_whole():
     torch.testing.assert_close(rows, reference, rtol=1e-4, atol=1e-5)
 
 
+@needs_compiler
+def test_the_bf16_tolerance_holds_compiled_bf16_rows_and_refuses_a_real_difference():
+    """A 12-block ViT in bf16 autocast (on the CPU, as CUDA runs it): compiled blocks vs eager differ by what bf16
+    rounding gives (eager bf16 vs float32 is the yardstick), well inside the tolerance; a model with other weights
+    is far outside it."""
+    import timm
+
+    from focus_dagster.inference.compiled import compile_blocks
+
+    torch.manual_seed(0)
+    model = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0, img_size=64, embed_dim=128,
+                              depth=12, num_heads=4).eval()
+    batch = torch.randn(8, 3, 64, 64)
+    with torch.inference_mode():
+        exact = model(batch)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            eager = model(batch)
+        compile_blocks([model])
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            compiled = model(batch)
+    assert eager.dtype == torch.float32  # the final layer norm runs in float32 under autocast
+    yardstick = compare_rows(exact, eager, "bfloat16")
+    agreement = compare_rows(eager, compiled, "bfloat16")
+    assert yardstick["agrees"] and agreement["agrees"]
+    tolerance = compiled_module.TOLERANCES["bfloat16"]
+    for measured in (yardstick, agreement):  # margins: ten on the cosine, five on the difference
+        assert 1 - measured["min_cosine"] < (1 - tolerance["min_cosine"]) / 10
+        assert measured["max_relative"] < tolerance["max_relative"] / 5
+    torch.manual_seed(1)
+    other = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0, img_size=64, embed_dim=128,
+                              depth=12, num_heads=4).eval()
+    with torch.inference_mode():
+        assert not compare_rows(eager, other(batch), "bfloat16")["agrees"]
+
+
 def test_a_compile_that_fails_leaves_the_model_eager_and_says_why(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no backend for this operator")
@@ -207,6 +242,10 @@ def test_the_tolerance_follows_the_dtype_eager_computed_in():
     assert not compare_rows(reference, rounded)["agrees"]
     assert compare_rows(reference, reference + 1e-7)["agrees"]
     assert not compare_rows(reference, reference[:, :32])["agrees"]
+    # Under CUDA autocast a model ending in a layer norm returns float32 rows computed in bf16: bf16's tolerance.
+    assert compiled_module.compute_dtype(reference, "cuda:0") == "bfloat16"
+    assert compiled_module.compute_dtype(reference, "cpu") == "float32"
+    assert compare_rows(reference, rounded, "bfloat16")["agrees"]
     assert compiled_module.TOLERANCES["float32"]["max_relative"] < compiled_module.TOLERANCES["bfloat16"]["max_relative"]
 
 

@@ -101,7 +101,7 @@ def compile_encoder(forward: Callable, modules: Sequence, preprocess, device: st
     except Exception as exc:  # a compiler that cannot handle a model leaves it eager, and says why
         restore_blocks(swapped)
         return _eager(forward, mode, device, attention, started, f"compile failed: {type(exc).__name__}: {exc}", log)
-    agreement = compare_rows(reference, rows)
+    agreement = compare_rows(reference, rows, compute_dtype(reference, device))
     if not agreement["agrees"]:
         restore_blocks(swapped)
         reason = (f"compiled rows differ from eager on the check batch: min cosine {agreement['min_cosine']:.6f}, "
@@ -230,12 +230,21 @@ def explained(forward: Callable, mode: str) -> Callable:
     return run
 
 
-def compare_rows(reference, rows) -> dict:
-    """Eager vs compiled rows: the smallest row cosine, the largest absolute difference over the largest absolute
-    eager value, and whether both are within the tolerance of the dtype eager computed in."""
+def compute_dtype(reference, device: str) -> str:
+    """The dtype the model computed in: bf16 under the engine's CUDA autocast, whatever dtype its last layer (a layer
+    norm, which autocast runs in float32) hands back; else the output's own."""
     import torch
 
-    dtype = "bfloat16" if reference.dtype == torch.bfloat16 else "float32"
+    return "bfloat16" if device.startswith("cuda") or reference.dtype == torch.bfloat16 else "float32"
+
+
+def compare_rows(reference, rows, dtype: str | None = None) -> dict:
+    """Eager vs compiled rows: the smallest row cosine, the largest absolute difference over the largest absolute
+    eager value, and whether both are within the tolerance of `dtype`, the dtype eager computed in (default: the
+    reference's own)."""
+    import torch
+
+    dtype = dtype or compute_dtype(reference, "")
     a, b = reference.float(), rows.float()
     if a.shape != b.shape:
         return {"agrees": False, "dtype": dtype, "min_cosine": float("nan"), "max_relative": float("inf"),

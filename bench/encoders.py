@@ -261,6 +261,8 @@ def main() -> None:
                         help="catalog ids (default: the default encoders; pipeline-check models are decode-bound by "
                              "design, so the targets apply to the others)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--vit-modes", nargs="+", default=["off", "blocks", "whole"],
+                        choices=["off", "blocks", "whole"], help="the ViT-L/16 forwards to time on a GPU")
     parser.add_argument("--vit-large-only", action="store_true",
                         help="on a GPU: only the ViT-L/16 forward modes and its pipeline (skip the decoders and the "
                              "default encoders)")
@@ -277,7 +279,7 @@ def main() -> None:
     figures: dict = {"device": device, "cpu_cores": os.cpu_count(), "images": len(items), "decoder": decoder.id,
                      "models": {}}
     if args.vit_large_only and device.startswith("cuda"):
-        figures["vit_large_bf16"] = gpu_vit_large(device, items, decoder)
+        figures["vit_large_bf16"] = gpu_vit_large(device, items, decoder, modes=args.vit_modes)
         return write(figures, args.json)
     figures["cpu_decoders"] = cpu_decoders(items, Preprocess(size=224, resize_to=256))
     print("CPU decoders, core ms per image (bytes to 224 px pixels):", json.dumps(figures["cpu_decoders"]))
@@ -302,7 +304,7 @@ def main() -> None:
               f"| later/first {row['later_over_first_encoder']:.2f}x | pipeline/reference "
               f"{row['pipeline_over_reference']:.2f} {targets}")
     if device.startswith("cuda"):
-        figures["vit_large_bf16"] = gpu_vit_large(device, items, decoder)
+        figures["vit_large_bf16"] = gpu_vit_large(device, items, decoder, modes=args.vit_modes)
     return write(figures, args.json)
 
 

@@ -717,8 +717,9 @@ def library_errors_only():
         hf_logging.set_verbosity(before)
 
 
-def run_all(archs: list[Arch], args, device: str) -> tuple[dict, dict]:
-    """Each architecture's figures, in order, skipping (with a line saying so) those the budget has no room for."""
+def run_all(archs: list[Arch], args, device: str, measured=None) -> tuple[dict, dict]:
+    """Each architecture's figures, in order, skipping (with a line saying so) those the budget has no room for;
+    `measured(rows, skipped)` is called after each, so that a run stopped from outside keeps what it measured."""
     from focus_dagster.lora.settings import LoraSettings
 
     started, rows, skipped = time.perf_counter(), {}, {}
@@ -734,6 +735,8 @@ def run_all(archs: list[Arch], args, device: str) -> tuple[dict, dict]:
                 print(f"  SKIPPED {arch.name} ({', '.join(arch.models)}): {skipped[arch.name]}", flush=True)
                 continue
             row = rows[arch.name] = run_arch(arch, args, device, images)
+            if measured:
+                measured(rows, skipped)
             print(f"  {arch.name:<22} {row['parameters'] / 1e6:10.2f} M params, built in {row['build_s']:5.1f} s: "
                   f"{rate_text(row)}{memory_text(row)}", flush=True)
     return rows, skipped
@@ -753,16 +756,22 @@ def main(argv=None) -> dict:
     archs = [BY_NAME[name] for name in args.only] if args.only else list(ARCHS)
     print(f"{machine(device)}; {'smoke run' if args.smoke else 'true sizes'}, budget {args.budget_s:.0f} s")
     started = time.perf_counter()
-    rows, skipped = run_all(archs, args, device)
-    grid, tasks, adapters, evaluations = platform_grid()
-    projection = grid_projection(rows, grid, SPLITS, tasks, adapters, evaluations)
-    print_projection(projection, args.smoke)
-    figures = {"machine": machine(device), "mode": "smoke" if args.smoke else "true sizes",
-               "budget_s": args.budget_s, "seconds": round(time.perf_counter() - started, 1),
-               "architectures": rows, "skipped": skipped, "projection": projection,
-               "base_configurations": base_configurations(grid, tasks), "reference_counts": REFERENCE_COUNTS}
     # Only a GPU run writes the result file by default: smoke and CPU figures are not the issue's figures.
-    save(args.json or (RESULT if device.startswith("cuda") and not args.smoke else None), figures)
+    path = args.json or (RESULT if device.startswith("cuda") and not args.smoke else None)
+    grid, tasks, adapters, evaluations = platform_grid()
+
+    def figures_of(rows: dict, skipped: dict, complete: bool) -> dict:
+        return {"machine": machine(device), "mode": "smoke" if args.smoke else "true sizes",
+                "budget_s": args.budget_s, "seconds": round(time.perf_counter() - started, 1), "complete": complete,
+                "architectures": rows, "skipped": skipped,
+                "projection": grid_projection(rows, grid, SPLITS, tasks, adapters, evaluations),
+                "base_configurations": base_configurations(grid, tasks), "reference_counts": REFERENCE_COUNTS}
+
+    # After each architecture the file holds what is measured so far: a run stopped from outside loses nothing.
+    rows, skipped = run_all(archs, args, device, lambda rows, skipped: save(path, figures_of(rows, skipped, False)))
+    figures = figures_of(rows, skipped, True)
+    print_projection(figures["projection"], args.smoke)
+    save(path, figures)
     return figures
 
 

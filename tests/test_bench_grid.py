@@ -107,7 +107,8 @@ def test_smoke_run_through_the_platform_path(grid, tmp_path):
     measured = {row["model"] for row in figures["projection"]["models"] if row["total_hours"] is not None}
     assert measured == {"vit_large", "flair", "retfound_mae_naturecfp", "retfound_mae_natureoct", "retfound_mae_meh",
                         "retfound_mae_shanghai", "medgemma_4b", "medgemma_1_5_4b"}
-    assert json.loads(out.read_text())["mode"] == "smoke"
+    written = json.loads(out.read_text())
+    assert written["mode"] == "smoke" and written["complete"] is True
     assert {rows[name]["forward"] for name in ("vit_large", "retfound_mae", "flair")} == {"eager"}  # --compile off
 
 
@@ -119,6 +120,24 @@ def test_smoke_run_with_compiled_blocks(grid):
     assert row["output_shape"] == [4, 32] and row["finite"]
     [projected] = [r for r in figures["projection"]["models"] if r["model"] == "vit_large"]
     assert projected["hours"]["compiling"] == pytest.approx(row["compile_s"] * 10 / 3600)  # ten datasets
+
+
+def test_a_run_stopped_after_an_architecture_keeps_its_figures(grid, tmp_path, monkeypatch):
+    out = tmp_path / "grid.json"
+    measured = grid.run_arch
+
+    def stopped_on_the_second(arch, *args):
+        if arch.name == "flair":
+            raise KeyboardInterrupt  # as a time limit's signal would stop it
+        return measured(arch, *args)
+
+    monkeypatch.setattr(grid, "run_arch", stopped_on_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        grid.main(["--smoke", "--only", "vit_large", "flair", "--json", str(out)])
+    written = json.loads(out.read_text())
+    assert written["complete"] is False and list(written["architectures"]) == ["vit_large"]
+    [row] = [r for r in written["projection"]["models"] if r["model"] == "vit_large"]
+    assert row["total_hours"] > 0
 
 
 def test_budget_guard_skips_what_does_not_fit(grid, capsys):

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from figures import save
 from focus_dagster.inference.compiled import compile_encoder
 from focus_dagster.inference.device_decode import Decoder, choose_decoder
 from focus_dagster.inference.engine import (
@@ -280,7 +281,7 @@ def main() -> None:
                      "models": {}}
     if args.vit_large_only and device.startswith("cuda"):
         figures["vit_large_bf16"] = gpu_vit_large(device, items, decoder, modes=args.vit_modes)
-        return write(figures, args.json)
+        return save(args.json, figures)
     figures["cpu_decoders"] = cpu_decoders(items, Preprocess(size=224, resize_to=256))
     print("CPU decoders, core ms per image (bytes to 224 px pixels):", json.dumps(figures["cpu_decoders"]))
     specs = resolve_models(args.models, args.out.parent / "models")
@@ -305,12 +306,7 @@ def main() -> None:
               f"{row['pipeline_over_reference']:.2f} {targets}")
     if device.startswith("cuda"):
         figures["vit_large_bf16"] = gpu_vit_large(device, items, decoder, modes=args.vit_modes)
-    return write(figures, args.json)
-
-
-def write(figures: dict, path: Path | None) -> None:
-    if path:
-        path.write_text(json.dumps(figures, indent=1))
+    return save(args.json, figures)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from dagster import ConfigurableResource
 
-from focus_dagster.config import FocusConfig
+from focus_dagster.config import COMPILE_MODES, FocusConfig
 
 
 class ModelHub(ConfigurableResource):
@@ -15,12 +15,12 @@ class ModelHub(ConfigurableResource):
 
     entries_json: str = ""
     cache_dir: str
-    compile_mode: str = "auto"  # encoders on the device: auto | off | blocks | whole (inference/compiled.py)
+    compile_mode: str = COMPILE_MODES[0]  # encoders on the device: auto | off | blocks | whole (inference/compiled.py)
 
     @classmethod
     def from_config(cls, config: FocusConfig) -> ModelHub:
-        return cls(entries_json=json.dumps(list(config.models)) if config.models else "", cache_dir=str(config.model_cache),
-                   compile_mode=config.compile)
+        return cls(entries_json=json.dumps(list(config.models)) if config.models else "",
+                   cache_dir=str(config.model_cache), compile_mode=config.compile)
 
     def specs(self) -> dict:
         from focus_dagster.models.selection import resolve_models

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,10 @@ def require_postgres() -> Path:
 
 def _version(name: str) -> tuple:
     return tuple(int(part) if part.isdigit() else 0 for part in name.split("."))
+
+
+# Inductor (torch.compile) builds its CPU kernels with the system's C compiler.
+needs_compiler = pytest.mark.skipif(shutil.which("cc") is None, reason="inductor needs a C compiler on a CPU")
 
 
 def needs_reference(path: Path):

@@ -8,11 +8,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import needs_compiler
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
@@ -112,7 +113,7 @@ def test_smoke_run_through_the_platform_path(grid, tmp_path):
     assert {rows[name]["forward"] for name in ("vit_large", "retfound_mae", "flair")} == {"eager"}  # --compile off
 
 
-@pytest.mark.skipif(shutil.which("cc") is None, reason="inductor needs a C compiler on a CPU")
+@needs_compiler
 def test_smoke_run_with_compiled_blocks(grid):
     figures = grid.main(["--smoke", "--only", "vit_large", "--compile", "blocks"])
     row = figures["architectures"]["vit_large"]

@@ -3,8 +3,6 @@ fallbacks, and the configuration key. The references are the libraries' own mode
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import torch
 
@@ -21,9 +19,9 @@ from focus_dagster.inference.compiled import (
 )
 from focus_dagster.inference.engine import model_input
 from focus_dagster.models.spec import Preprocess
+from tests.conftest import needs_compiler
 
 PREPROCESS = Preprocess(size=32, resize_to=36)
-needs_compiler = pytest.mark.skipif(shutil.which("cc") is None, reason="inductor needs a C compiler on a CPU")
 
 
 def tiny_vit(depth: int = 3):
@@ -246,7 +244,8 @@ def test_the_tolerance_follows_the_dtype_eager_computed_in():
     assert compiled_module.compute_dtype(reference, "cuda:0") == "bfloat16"
     assert compiled_module.compute_dtype(reference, "cpu") == "float32"
     assert compare_rows(reference, rounded, "bfloat16")["agrees"]
-    assert compiled_module.TOLERANCES["float32"]["max_relative"] < compiled_module.TOLERANCES["bfloat16"]["max_relative"]
+    tolerances = compiled_module.TOLERANCES
+    assert tolerances["float32"]["max_relative"] < tolerances["bfloat16"]["max_relative"]
 
 
 def test_compile_is_a_focus_yaml_key(tmp_path):

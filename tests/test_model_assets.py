@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import replace
 
 import dagster as dg
@@ -14,10 +13,8 @@ from assets.labels import DATA_LAYER_JOB
 from assets.models import EMBEDDINGS_JOB, ZERO_SHOT_JOB
 from focus_dagster.config import FocusConfig
 from focus_dagster.definitions import build_definitions
-from tests.conftest import copy_tree
+from tests.conftest import copy_tree, needs_compiler
 from tests.tables import table_views
-
-needs_compiler = pytest.mark.skipif(shutil.which("cc") is None, reason="inductor needs a C compiler on a CPU")
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 from focus_dagster.config import COMPILE_MODES
+
 EAGER = "eager"
 # How far compiled rows may be from eager ones. Reassociated float32 sums differ in the last bits; in bf16 every
 # fused kernel rounds at other points than eager autocast does (2^-8 relative per rounding, over tens of layers).

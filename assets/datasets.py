@@ -10,7 +10,7 @@ from assets.backfill import SINGLE_RUN, Materialised, each_dataset
 from assets.partitions import Registered
 from checks.records import build_record_checks
 from focus_dagster import lineage
-from focus_dagster.datasets import DATASETS, ReadResult
+from focus_dagster.datasets import ReadResult, dataset_info
 from focus_dagster.datasets.records import NOTE_COLUMNS
 from focus_dagster.version import code_version
 from resources import DatasetRoots, FocusStorage, layout
@@ -108,6 +108,8 @@ def _read_records(context, key: str, datasets: DatasetRoots, storage: FocusStora
         "dataset_records", key, context.run_id, lineage.frame_version(result.records), code_version=code_version(),
         inputs={"release": _release_stamp(datasets, key, release, context.run_id)},
         rows_quarantined=len(result.quarantine),
+        # The label files this read parsed, relative to the release's root: where a number's labels came from.
+        label_files=list(result.label_files), root=str(result.root),
     )
     # The records, their quarantine, the unlisted images and the lineage of all three change together.
     table, *_ = storage.replace_partitions([(layout.records_table(key), None, result.records),
@@ -129,9 +131,9 @@ def _release_stamp(datasets: DatasetRoots, key: str, fingerprint, run_id: str) -
 
 def _release_metadata(datasets: DatasetRoots, key: str, fingerprint: dict) -> dict:
     return {
-        "dataset": DATASETS[key].title,
+        "dataset": dataset_info(key).title,
         "root": dg.MetadataValue.path(str(datasets.root(key))),
-        "source": "synthetic look-alike" if datasets.is_synthetic(key) else DATASETS[key].source,
+        "source": "synthetic look-alike" if datasets.is_synthetic(key) else dataset_info(key).source,
         "label_files": fingerprint["label_files"],
         "images": fingerprint["images"],
         "total_bytes": fingerprint["total_bytes"],

@@ -23,7 +23,7 @@ from assets.partitions import BY_DATASET, MLLMS, Registered, model_and_dataset
 from checks.conditions import WITH_ITS_ASSET
 from focus_dagster import lineage
 from focus_dagster.labels import TASKS, defined_tasks
-from focus_dagster.labels.rules import rule_for
+from focus_dagster.labels.rule_lookup import rule_for
 from focus_dagster.models.spec import CheckpointError
 from focus_dagster.questions import QuestionBook, find_leaks, unknown_fields
 from focus_dagster.version import code_version

@@ -613,7 +613,7 @@ def grid_projection(rates: dict, grid: list[tuple[str, str, str]], sizes: dict, 
 def platform_grid() -> tuple[list, dict, list, list]:
     """(grid rows, tasks per dataset, adapters, evaluations) of the platform's reference grid over the ten datasets."""
     from focus_dagster.adapter_plan import LoraPlan, evaluations
-    from focus_dagster.labels.rules import rule_for
+    from focus_dagster.labels.rule_lookup import rule_for
     from focus_dagster.models.catalog import CATALOG
 
     arch_of = {model: arch.name for arch in ARCHS for model in arch.models}

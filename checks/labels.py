@@ -20,7 +20,7 @@ import pandas as pd
 
 from checks.conditions import WITH_ITS_ASSET
 from checks.partitions import evaluate_partitions
-from focus_dagster.labels import RULES
+from focus_dagster.labels.rule_lookup import rule_for
 from focus_dagster.labels import expectations as gx_checks
 from focus_dagster.labels import rule_sql
 from resources import FocusStorage, layout
@@ -70,14 +70,14 @@ def _rule_consistency(tables: LabelTables):
     and the images kept against the independent SQL subset (with the rejects, for split reasons)."""
     labels, records = tables.labels, tables.records
     kept = set(labels["image_id"].astype(str))
-    recomputed = RULES[tables.key].task_labels(records)
+    recomputed = rule_for(tables.key).task_labels(records)
     recomputed.insert(0, "image_id", records["image_id"].astype(str))
     recomputed = recomputed[recomputed["image_id"].isin(kept)]
     # Every record, with its subset verdict: the check compares labels on the kept ones only.
     independent = rule_sql.independent_labels(tables.key, records, subset=True)
     outcome = gx_checks.check_rule_consistency(labels, recomputed.reset_index(drop=True),
                                                independent.reset_index(drop=True), rejects=tables.rejects)
-    outcome.info["independent_rules_sql"] = dict(rule_sql.RULE_SQL[tables.key])
+    outcome.info["independent_rules_sql"] = dict(rule_sql.rules_for(tables.key))
     outcome.info["independent_subset_sql"] = rule_sql.SUBSET_SQL.get(tables.key, "TRUE (no subset rule)")
     return outcome
 

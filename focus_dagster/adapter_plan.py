@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from focus_dagster.config_schema import LoraSection, validated
 from focus_dagster.errors import ConfigError
 
 DEFAULT_TRAIN_DATASETS = ("brset", "mbrset")
-_PLAN_KEYS = {"models", "train_datasets", "tasks", "settings"}
-# The training settings focus.yaml may set (LoraSettings' fields), with the type each must have.
+# The training settings focus.yaml may set (LoraSettings' fields), with the type each must have (the schema's
+# LoraSettingsSection types them so; tests/test_config_schema.py keeps the two the same).
 SETTING_TYPES = {
     "r": int, "alpha": int, "dropout": float, "target_modules": str, "save_embeddings": bool,
     "learning_rate": float, "epochs": int, "micro_batch": int, "accumulation": int, "seed": int,
@@ -71,7 +72,7 @@ class LoraPlan:
     def adapters(self, mllms: list[str], datasets: list[str]) -> list[AdapterKey]:
         """The adapters of this plan over the selected multimodal LLMs and the registered datasets."""
         from focus_dagster.labels import TASKS
-        from focus_dagster.labels.rules import rule_for
+        from focus_dagster.labels.rule_lookup import rule_for
 
         models = [m for m in mllms if self.models is None or m in self.models]
         training = [d for d in (self.train_datasets or DEFAULT_TRAIN_DATASETS) if d in datasets]
@@ -88,53 +89,22 @@ class LoraPlan:
 
 
 def lora_plan(raw: Any, where: str, datasets: list[str]) -> LoraPlan:
-    """The `lora:` block validated: known keys, registered training datasets, known tasks, typed settings."""
-    from focus_dagster.labels import TASKS
-
+    """The `lora:` block validated: known keys, known tasks and typed settings (its schema, LoraSection), and
+    training datasets that are registered."""
     if raw is None:
         return LoraPlan()
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where}: `lora` must be a mapping with keys {sorted(_PLAN_KEYS)}.")
-    unknown = sorted(set(raw) - _PLAN_KEYS)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown} under `lora`; known: {sorted(_PLAN_KEYS)}.")
-    train = _names(raw.get("train_datasets"), where, "lora.train_datasets")
-    missing = [d for d in train or () if d not in datasets]
+    section = validated(LoraSection, raw, where, "lora")
+    missing = [d for d in section.train_datasets or () if d not in datasets]
     if missing:
         raise ConfigError(f"{where}: lora.train_datasets {missing} are not registered under `datasets` "
                           f"(registered: {', '.join(datasets)}).")
-    tasks = _names(raw.get("tasks"), where, "lora.tasks")
-    if tasks is not None and set(tasks) - set(TASKS):
-        raise ConfigError(f"{where}: lora.tasks {sorted(set(tasks) - set(TASKS))} unknown; tasks: {', '.join(TASKS)}.")
-    return LoraPlan(models=_names(raw.get("models"), where, "lora.models", empty=True), train_datasets=train, tasks=tasks,
-                    settings=_settings(raw.get("settings") or {}, where))
+    return LoraPlan(models=_names(section.models), train_datasets=_names(section.train_datasets),
+                    tasks=_names(section.tasks),
+                    settings=section.settings.model_dump(exclude_unset=True) if section.settings else {})
 
 
-def _names(value: Any, where: str, what: str, empty: bool = False) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list) or not (value or empty) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"{where}: {what} must be a {'' if empty else 'non-empty '}list of names, got {value!r}.")
-    return tuple(value)
-
-
-def _settings(raw: Any, where: str) -> dict:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where}: lora.settings must be a mapping of {sorted(SETTING_TYPES)}.")
-    out = {}
-    for name, value in raw.items():
-        kind = SETTING_TYPES.get(name)
-        if kind is None:
-            raise ConfigError(f"{where}: lora.settings.{name} is not a training setting; known: {sorted(SETTING_TYPES)}.")
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ConfigError(f"{where}: lora.settings.{name} must be {kind.__name__}, got {value!r}.")
-        if kind in (int, float) and value < 0 or name in ("r", "alpha", "micro_batch", "accumulation",
-                                                          "epochs") and value < 1:
-            raise ConfigError(f"{where}: lora.settings.{name} must be positive, got {value!r}.")
-        out[name] = value
-    return out
+def _names(value: list[str] | None) -> tuple[str, ...] | None:
+    return None if value is None else tuple(value)
 
 
 @dataclass(frozen=True)
@@ -196,7 +166,7 @@ class Evaluation:
 
 def evaluations(adapters: list[AdapterKey], datasets: list[str]) -> list[Evaluation]:
     """Every adapter on every registered dataset whose label rule defines the adapter's task (its own first)."""
-    from focus_dagster.labels.rules import rule_for
+    from focus_dagster.labels.rule_lookup import rule_for
 
     out = []
     for adapter in adapters:

@@ -12,6 +12,9 @@ from focus_dagster.errors import FocusError
 from focus_dagster.instance import REPO_ROOT, UI_HOST, UI_PORT, prepare_dagster_home
 
 
+ROOT_HELP = "the dataset's root folder (default: where focus.yaml, or the synthetic default, reads it from)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -48,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     records = sub.add_parser("records", help="read one dataset into native records (no Dagster needed)")
     records.add_argument("key", help="dataset key, e.g. brset")
-    records.add_argument("--root", required=True, type=Path, help="the dataset's root folder")
+    records.add_argument("--root", type=Path, help=ROOT_HELP)
     records.add_argument("--out", required=True, type=Path, help="output file: .csv or .parquet")
     records.add_argument("--quarantine", type=Path, help="also write the quarantined rows (.csv or .parquet)")
     records.add_argument("--image-check", choices=list(IMAGE_CHECKS), default=DEFAULT_IMAGE_CHECK)
@@ -56,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     labels = sub.add_parser("labels", help="harmonise one dataset's labels and splits (no Dagster needed)")
     labels.add_argument("key", help="dataset key, e.g. brset")
-    labels.add_argument("--root", required=True, type=Path, help="the dataset's root folder")
+    labels.add_argument("--root", type=Path, help=ROOT_HELP)
     labels.add_argument("--splits-dir", type=Path, help="folder of published labels_splits_<dataset>.csv files")
     labels.add_argument("--seed", type=int, default=0, help="seed of the 60/40 split where no other split applies")
     labels.add_argument("--out", required=True, type=Path, help="output file: .csv or .parquet")
@@ -66,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     release = sub.add_parser("release", help="fingerprint one dataset on disk (its release version)")
     release.add_argument("key")
-    release.add_argument("--root", required=True, type=Path)
+    release.add_argument("--root", type=Path, help=ROOT_HELP)
     release.add_argument("--content-hash", action="store_true", help="hash image bytes too (slower)")
     release.set_defaults(run=cmd_release)
 
@@ -88,6 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     datasets = sub.add_parser("datasets", help="list the datasets and where each is read from")
     datasets.set_defaults(run=cmd_datasets)
+
+    config = sub.add_parser("config", help="focus.yaml: print its JSON Schema, or check a file and print it resolved")
+    what = config.add_mutually_exclusive_group(required=True)
+    what.add_argument("--schema", action="store_true", help="print the JSON Schema of focus.yaml (for editors)")
+    what.add_argument("--check", nargs="?", const="", metavar="FILE",
+                      help="validate FILE (default: $FOCUS_CONFIG) and print it resolved: paths absolute, "
+                           "defaults written out")
+    config.set_defaults(run=cmd_config)
 
     recover = sub.add_parser("recover", help="fail the runs whose process is gone and free the pool slots they hold "
                              "(what run monitoring does while the daemon runs)")
@@ -121,7 +132,7 @@ def cmd_synth(args) -> int:
 def cmd_records(args) -> int:
     from focus_dagster.datasets import read_dataset
 
-    result = read_dataset(args.key, args.root, image_check=args.image_check)
+    result = read_dataset(args.key, dataset_root(args), image_check=args.image_check)
     write_frame(result.records, args.out)
     if args.quarantine is not None:
         write_frame(result.quarantine, args.quarantine)
@@ -134,7 +145,7 @@ def cmd_labels(args) -> int:
     from focus_dagster.datasets import read_dataset
     from focus_dagster.labels import harmonise
 
-    read = read_dataset(args.key, args.root)
+    read = read_dataset(args.key, dataset_root(args))
     result = harmonise(
         args.key, read.records, read.quarantine, root=None if args.no_content_hash else read.root,
         splits_dir=args.splits_dir, seed=args.seed,
@@ -157,7 +168,7 @@ def cmd_labels(args) -> int:
 def cmd_release(args) -> int:
     from focus_dagster.datasets.release import fingerprint_dataset
 
-    fp = fingerprint_dataset(args.key, args.root, content_hash=args.content_hash)
+    fp = fingerprint_dataset(args.key, dataset_root(args), content_hash=args.content_hash)
     print(f"{fp.dataset} release {fp.version}: {fp.label_files} label/annotation files, {fp.images} images, "
           f"{fp.total_bytes} bytes, fingerprinted in {fp.seconds}s")
     return 0
@@ -190,13 +201,57 @@ def cmd_models(args) -> int:
 
 def cmd_datasets(args) -> int:
     from focus_dagster.config import load_config
-    from focus_dagster.datasets import DATASETS
+    from focus_dagster.datasets import dataset_info
 
     config = load_config()
     print(f"FOCUS_HOME {config.home}" + (f"   config {config.source}" if config.source else "   (no FOCUS_CONFIG: synthetic default)"))
     for key in config.dataset_keys:
         where = f"synthetic look-alike at {config.root_of(key)}" if config.is_synthetic(key) else str(config.root_of(key))
-        print(f"  {key:<11} {DATASETS[key].title:<11} {where}")
+        print(f"  {key:<11} {dataset_info(key).title:<11} {where}")
+        if key in config.declared:
+            print(_declared_summary(key, config))
+    return 0
+
+
+def _declared_summary(key: str, config) -> str:
+    """A declared dataset's label table, its counts as read now (images checked for existence only), its rules."""
+    from focus_dagster.datasets import read_dataset
+    from focus_dagster.labels.rule_lookup import rule_for
+
+    declaration = config.declared[key]
+    lines = [f"      declared in {config.source}: labels {declaration.labels}, image column {declaration.image!r}"]
+    try:
+        lines.append("      " + read_dataset(key, config.root_of(key), image_check="none").accounting_line())
+    except FocusError as error:
+        lines.append(f"      cannot be read: {error}")
+    rule = rule_for(key)
+    lines.append(f"      rule {rule.id}: {rule.description}")
+    return "\n".join(lines)
+
+
+def cmd_config(args) -> int:
+    """`--schema`: the JSON Schema of focus.yaml; `--check [FILE]`: FILE resolved, as a focus.yaml that gives the
+    same configuration (a mistake is an `error:` line per key, exit 2)."""
+    if args.schema:
+        import json
+
+        from focus_dagster.config_schema import focus_yaml_schema
+
+        print(json.dumps(focus_yaml_schema(), indent=2))
+        return 0
+    import yaml
+
+    from focus_dagster.config import load_config
+    from focus_dagster.errors import ConfigError
+
+    path = args.check or os.environ.get("FOCUS_CONFIG")
+    if not path:
+        raise ConfigError("focus config --check: name a focus.yaml, or set FOCUS_CONFIG to one.")
+    if not Path(path).expanduser().is_file():
+        raise ConfigError(f"focus config --check: {path} is not a file.")
+    config = load_config({**os.environ, "FOCUS_CONFIG": path})
+    print(f"# {config.source}: valid. Resolved: paths absolute, defaults written out.")
+    print(yaml.safe_dump(config.to_document(), sort_keys=False, allow_unicode=True), end="")
     return 0
 
 
@@ -270,6 +325,17 @@ def cmd_ui(args) -> int:
 
 
 # ------------------------------------------------------------------------------------------------ helpers
+
+
+def dataset_root(args) -> Path:
+    """`--root`, else the root focus.yaml gives the dataset. Reading the configuration also declares the
+    user's own datasets, so that their keys are known to the readers."""
+    from focus_dagster.config import ensure_dataset_root, load_config
+
+    config = load_config()
+    if args.root is not None:
+        return args.root
+    return ensure_dataset_root(config, args.key)
 
 
 def cmd_trace(args) -> int:

@@ -31,6 +31,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from focus_dagster.config_schema import QuestionsSection, TaskQuestions, validated
 from focus_dagster.errors import ConfigError
 from focus_dagster.labels.rules import METADATA, TASKS, LabelRule
 
@@ -42,7 +43,6 @@ DEFAULT_QUESTIONS = {
     f"diabetic retinopathy or worse, or diabetic macular edema)? {ANSWER_INSTRUCTION}",
     "gon": f"Does this fundus photograph show signs of glaucomatous optic neuropathy? {ANSWER_INSTRUCTION}",
 }
-_KEYS = {"version", "tasks", "datasets"}
 # File names and row positions can encode the class (REFUGE's g/n prefixes, JSIEC's class folders): never shown.
 ALWAYS_HIDDEN = ("image_id", "image_path", "source_file", "source_row", "patient_id", "native_split", "split",
                  "label_rule", "content_hash")
@@ -113,41 +113,28 @@ def _shown(value: Any) -> str:
 
 
 def question_book(raw: Any, where: str = "focus.yaml") -> QuestionBook:
-    """The `questions:` block of focus.yaml as a QuestionBook (None = the reference questions)."""
+    """The `questions:` block of focus.yaml as a QuestionBook (None = the reference questions): its shape checked
+    by its schema (QuestionsSection), then a new version and templates that parse."""
     if raw is None:
         return QuestionBook()
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where}: `questions` must be a mapping with version, tasks and/or datasets.")
-    unknown = sorted(set(raw) - _KEYS)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown} under `questions`; allowed: {sorted(_KEYS)}.")
-    version = raw.get("version")
-    if not isinstance(version, str) or not version or version == QUESTIONS_VERSION:
+    section = validated(QuestionsSection, raw, where, "questions")
+    if not section.version or section.version == QUESTIONS_VERSION:
         raise ConfigError(
             f"{where}: questions.version must be set to a new name (not {QUESTIONS_VERSION!r}) when questions are "
             "changed, so that scores from different wordings are never mixed."
         )
-    tasks = {**DEFAULT_QUESTIONS, **_task_texts(raw.get("tasks") or {}, where, "questions.tasks")}
-    datasets = {
-        key: _task_texts(value, where, f"questions.datasets.{key}") for key, value in (raw.get("datasets") or {}).items()
-    }
-    book = QuestionBook(version=version, tasks=tasks, datasets=datasets)
+    tasks = {**DEFAULT_QUESTIONS, **_task_texts(section.tasks)}
+    datasets = {key: _task_texts(texts) for key, texts in (section.datasets or {}).items()}
+    book = QuestionBook(version=section.version, tasks=tasks, datasets=datasets)
     for dataset, texts in datasets.items():  # parse every template now: mistakes surface at load time
         book.for_dataset(dataset, texts)
     book.for_dataset("", tasks)
     return book
 
 
-def _task_texts(raw: Any, where: str, key: str) -> dict[str, str]:
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{where}: {key} must map task names to question text.")
-    unknown = sorted(set(raw) - set(TASKS))
-    if unknown:
-        raise ConfigError(f"{where}: {key} has unknown task(s) {unknown}; tasks: {list(TASKS)}.")
-    for task, text in raw.items():
-        if not isinstance(text, str) or not text.strip():
-            raise ConfigError(f"{where}: {key}.{task} must be a non-empty question.")
-    return dict(raw)
+def _task_texts(texts: TaskQuestions | None) -> dict[str, str]:
+    """The questions written, by task (a task left out keeps the registry's question)."""
+    return texts.model_dump(exclude_none=True) if texts is not None else {}
 
 
 # ------------------------------------------------------------------------------------------------ leak check

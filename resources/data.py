@@ -10,6 +10,7 @@ from dagster import ConfigurableResource
 
 from focus_dagster.config import FocusConfig, ensure_dataset_root, parse_config
 from focus_dagster.datasets import ReadResult, read_dataset
+from focus_dagster.datasets.registry import register_declared
 from focus_dagster.datasets.release import ReleaseFingerprint, fingerprint_dataset
 
 
@@ -27,7 +28,11 @@ class DatasetRoots(ConfigurableResource):
 
     @property
     def config(self) -> FocusConfig:
-        return _parsed(self.home, self.settings)
+        config = _parsed(self.home, self.settings)
+        # The parse is cached per process: declare this configuration's datasets again, in case another
+        # configuration was parsed since (tests build several in one process).
+        register_declared(dict(config.declared))
+        return config
 
     def root(self, key: str) -> Path:
         """The dataset's root, writing the synthetic look-alike first where that is the source."""

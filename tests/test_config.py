@@ -41,12 +41,12 @@ def test_focus_yaml_maps_roots_relative_to_the_file_in_registry_order(tmp_path):
 @pytest.mark.parametrize(
     "document, message",
     [
-        ({"datasets": {"brst": "/x"}}, r"unknown dataset key\(s\) \['brst'\]"),
-        ({"dataset": {}}, r"unknown key\(s\) \['dataset'\]"),
+        ({"datasets": {"brst": "/x"}}, r"datasets.brst is not a published dataset .* \(did you mean the published 'brset'\?\)"),
+        ({"dataset": {}}, r"dataset: unknown key; allowed: datasets, "),
         ({"datasets": {"brset": 3}}, r"datasets.brset must be a folder path"),
         ({"datasets": {}}, "`datasets` is empty"),
-        ({"synthetic": {"per_dataset": 0}}, "per_dataset must be >= 1"),
-        ({"image_check": "thorough"}, "image_check must be one of"),
+        ({"synthetic": {"per_dataset": 0}}, r"synthetic.per_dataset: must be >= 1 \(got 0\)"),
+        ({"image_check": "thorough"}, "image_check: must be one of"),
         ([1, 2], "the top level must be a mapping"),
     ],
 )
@@ -101,7 +101,7 @@ def test_the_resources_read_the_settings_of_the_configuration(tmp_path):
 def test_the_executor_is_one_of_two_and_in_process_by_default(tmp_path):
     assert parse_config({}, tmp_path).executor == "in_process"
     assert parse_config({"executor": "multiprocess"}, tmp_path).executor == "multiprocess"
-    with pytest.raises(ConfigError, match="executor must be one of"):
+    with pytest.raises(ConfigError, match="executor: must be one of"):
         parse_config({"executor": "threads"}, tmp_path)
     with pytest.raises(ConfigError, match="refresh_seconds"):
         parse_config({"release": {"refresh_seconds": 0}}, tmp_path)

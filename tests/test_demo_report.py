@@ -3,8 +3,6 @@ its files, its numbers against the metric tables, the page in a real browser, an
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 from pathlib import Path
@@ -13,6 +11,7 @@ import pandas as pd
 import pytest
 
 from tests.conftest import require_chromium
+from tests.focus_cli import run_focus
 from tests.tables import table_views
 
 FIGURES = ("spider", "method_means", "general_vs_ophthalmic", "task_cliff", "mllm", "transfer", "reliability", "lora",
@@ -23,22 +22,14 @@ FIGURES = ("spider", "method_means", "general_vs_ophthalmic", "task_cliff", "mll
 def demo(tmp_path_factory):
     """The demo's home and what it printed: RFMiD 2.0 and Messidor-2 (whose seeded split leaves enough test images
     for defined AUROCs at 50 images), the default models, an adapter trained on Messidor-2."""
-    from focus_dagster.cli import main
-
     tmp = tmp_path_factory.mktemp("demo")
     config = tmp / "focus.yaml"
     config.write_text("datasets: {rfmid_2: synthetic, messidor_2: synthetic}\nsynthetic: {per_dataset: 50, scale: 0.04}\n"
                       "lora: {train_datasets: [messidor_2], tasks: [any_dr]}\n")
     env = {"FOCUS_HOME": str(tmp / "home"), "FOCUS_CONFIG": str(config)}
-    with pytest.MonkeyPatch.context() as patch:
-        for key, value in env.items():
-            patch.setenv(key, value)
-        patch.delenv("DAGSTER_HOME", raising=False)
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out):
-            code = main(["demo"])
-    assert code == 0, out.getvalue()
-    return tmp / "home", env, out.getvalue()
+    code, out = run_focus(env, "demo")
+    assert code == 0, out
+    return tmp / "home", env, out
 
 
 def _table(home: Path, sql: str) -> pd.DataFrame:

@@ -449,20 +449,20 @@ def test_deploy_focus_yaml_runs_steps_on_kubernetes_with_the_defaults(tmp_path):
 
 
 @pytest.mark.parametrize(("section", "words"), [
-    ({"gpu_nodes": {}}, "unknown key(s) ['gpu_nodes'] in kubernetes"),
+    ({"gpu_nodes": {}}, "kubernetes.gpu_nodes: unknown key; allowed: gpu_node_selector, "),
     ({"gpu_node_selector": {"nvidia.com/gpu.present": True}}, 'quote values such as "true"'),
-    ({"gpu_node_selector": ["a"]}, "kubernetes.gpu_node_selector must be a mapping"),
-    ({"gpu_tolerations": {"key": "x"}}, "kubernetes.gpu_tolerations must be a list"),
+    ({"gpu_node_selector": ["a"]}, "kubernetes.gpu_node_selector: must be a mapping"),
+    ({"gpu_tolerations": {"key": "x"}}, "kubernetes.gpu_tolerations: must be a list"),
     ({"gpu_tolerations": [{"key": "x", "operator": "Exists", "value": "y"}]}, "operator is Exists (no value)"),
-    ({"gpu_tolerations": [{"key": "x", "effect": "NoRun", "value": "y"}]}, "effect must be one of"),
+    ({"gpu_tolerations": [{"key": "x", "effect": "NoRun", "value": "y"}]}, "effect: must be one of"),
     ({"gpu_tolerations": [{"key": "x", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}]},
      "for effect NoExecute only"),
-    ({"gpu_tolerations": [{"keys": "x"}]}, "unknown key(s) ['keys'] in kubernetes.gpu_tolerations[0]"),
+    ({"gpu_tolerations": [{"keys": "x"}]}, "kubernetes.gpu_tolerations.0.keys: unknown key; allowed: key, "),
     ({"gpu_resources": {"limits": {"memory": "32Gi"}}}, "must ask for nvidia.com/gpu"),
     ({"gpu_resources": {"limits": {GPU_RESOURCE: "0.5"}}}, "a whole number >= 1"),
     ({"gpu_resources": {"requests": {GPU_RESOURCE: 2}, "limits": {GPU_RESOURCE: 1}}}, "to equal its limit"),
-    ({"gpu_resources": {"limit": {GPU_RESOURCE: 1}}}, "unknown key(s) ['limit'] in kubernetes.gpu_resources"),
-    ({"cpu_resources": {"limits": {"memory": "lots"}}}, "kubernetes.cpu_resources.limits.memory must be a Kubernetes"),
+    ({"gpu_resources": {"limit": {GPU_RESOURCE: 1}}}, "kubernetes.gpu_resources.limit: unknown key; allowed: requests, limits"),
+    ({"cpu_resources": {"limits": {"memory": "lots"}}}, "kubernetes.cpu_resources.limits.memory: must be a Kubernetes"),
     ({"cpu_resources": {"limits": {GPU_RESOURCE: 1}}}, "CPU steps get no GPU"),
     ({"cpu_resources": {"requests": {"cpu": True}}}, "must be a Kubernetes quantity"),
 ])

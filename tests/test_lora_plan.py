@@ -38,14 +38,14 @@ def test_focus_yaml_chooses_models_training_datasets_tasks_and_settings(tmp_path
 
 
 @pytest.mark.parametrize("lora, named", [
-    ({"train": ["brset"]}, "unknown key(s) ['train'] under `lora`"),
+    ({"train": ["brset"]}, "lora.train: unknown key; allowed: models, train_datasets, tasks, settings"),
     ({"train_datasets": ["mbrset"]}, "lora.train_datasets ['mbrset'] are not registered"),
-    ({"tasks": ["glaucoma"]}, "lora.tasks ['glaucoma'] unknown"),
-    ({"settings": {"lr": 0.1}}, "lora.settings.lr is not a training setting"),
-    ({"settings": {"epochs": "two"}}, "lora.settings.epochs must be int"),
-    ({"settings": {"micro_batch": 0}}, "lora.settings.micro_batch must be positive"),
-    ({"models": "tiny_llava"}, "lora.models must be a list of names"),
-    ({"tasks": []}, "lora.tasks must be a non-empty list of names"),
+    ({"tasks": ["glaucoma"]}, "lora.tasks.0: must be one of 'any_dr', 'referable_dr' or 'gon' (got 'glaucoma')"),
+    ({"settings": {"lr": 0.1}}, "lora.settings.lr: unknown key; allowed: r, alpha, dropout"),
+    ({"settings": {"epochs": "two"}}, "lora.settings.epochs: must be a whole number (got 'two')"),
+    ({"settings": {"micro_batch": 0}}, "lora.settings.micro_batch: must be >= 1 (got 0)"),
+    ({"models": "tiny_llava"}, "lora.models: must be a list (got 'tiny_llava')"),
+    ({"tasks": []}, "lora.tasks: must not be empty (got [])"),
 ])
 def test_a_wrong_lora_block_names_the_key(tmp_path, lora, named):
     source = tmp_path / "focus.yaml"

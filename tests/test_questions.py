@@ -85,7 +85,7 @@ def test_undeclared_native_columns_do_not_change_any_label(synth_all):
 def test_focus_yaml_questions_need_a_new_version_and_known_tasks():
     with pytest.raises(ConfigError, match="questions.version must be set"):
         question_book({"tasks": {"gon": "Glaucoma? Answer yes or no."}})
-    with pytest.raises(ConfigError, match="unknown task"):
+    with pytest.raises(ConfigError, match="questions.tasks.amd: unknown key; allowed: any_dr, referable_dr, gon"):
         question_book({"version": "mine-1", "tasks": {"amd": "AMD?"}})
     with pytest.raises(ConfigError, match="placeholders"):
         question_book({"version": "mine-1", "tasks": {"gon": "Glaucoma {0}?"}})

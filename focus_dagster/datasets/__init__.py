@@ -5,9 +5,9 @@ Importing the package loads no data library: readers load when a dataset is read
 
 from focus_dagster.datasets.images import DEFAULT_IMAGE_CHECK
 from focus_dagster.datasets.records import ReadResult
-from focus_dagster.datasets.registry import DATASET_KEYS, DATASETS, get_reader
+from focus_dagster.datasets.registry import DATASET_KEYS, DATASETS, dataset_info, get_reader
 
-__all__ = ["DATASETS", "DATASET_KEYS", "ReadResult", "get_reader", "read_dataset"]
+__all__ = ["DATASETS", "DATASET_KEYS", "ReadResult", "dataset_info", "get_reader", "read_dataset"]
 
 
 def read_dataset(key: str, root, *, image_check: str = DEFAULT_IMAGE_CHECK) -> ReadResult:

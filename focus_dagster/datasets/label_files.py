@@ -63,6 +63,7 @@ def read_label_csv(
     dataset: str,
     required: list[str],
     encodings: tuple[str, ...] = ("utf-8-sig",),
+    delimiter: str = ",",
 ) -> pd.DataFrame:
     """Read a published CSV as strings, tolerant of its quirks, strict about the columns a reader needs.
 
@@ -74,10 +75,10 @@ def read_label_csv(
         raise DatasetLayoutError(f"[{dataset}] label file {path} is missing. Expected the publisher's {rel_path}.")
     text = decode_label_bytes(path.read_bytes(), str(path), dataset, encodings)
     try:
-        frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, na_filter=False)
+        frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, na_filter=False, sep=delimiter)
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         if "EOF inside string" in str(exc):
-            lines = csv_rows(text)
+            lines = csv_rows(text, delimiter)
             where = f" (the row starting on line {lines[-1].first_line})" if lines else ""
             raise LabelFileError(
                 f"[{dataset}] {path} ends inside a quoted value{where}: the file is truncated, or a quote is never "
@@ -94,7 +95,7 @@ def read_label_csv(
     frame = frame.apply(lambda col: col.str.strip())
     frame.insert(0, "source_file", rel_path)
     frame.insert(1, "source_row", np.arange(1, len(frame) + 1))
-    return mark_truncated_rows(frame, text)
+    return mark_truncated_rows(frame, text, delimiter)
 
 
 @dataclass(frozen=True)
@@ -106,10 +107,10 @@ class CsvRow:
     last_line: int
 
 
-def csv_rows(text: str) -> list[CsvRow]:
+def csv_rows(text: str, delimiter: str = ",") -> list[CsvRow]:
     """The rows pandas reads (header first; blank lines skipped as pandas skips them), with their line
     numbers; empty when the csv module cannot split the text."""
-    reader = csv.reader(io.StringIO(text, newline=""))
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     rows, previous = [], 0
     try:
         for fields in reader:
@@ -121,7 +122,7 @@ def csv_rows(text: str) -> list[CsvRow]:
     return rows
 
 
-def mark_truncated_rows(frame: pd.DataFrame, text: str) -> pd.DataFrame:
+def mark_truncated_rows(frame: pd.DataFrame, text: str, delimiter: str = ",") -> pd.DataFrame:
     """Quarantine rows with fewer fields than the header names: a line cut short, not values to check.
 
     pandas fills the missing fields with empty strings, which the code checks would then report as
@@ -129,7 +130,7 @@ def mark_truncated_rows(frame: pd.DataFrame, text: str) -> pd.DataFrame:
     trailing comma on the header only) are not counted. Rows are matched to pandas' by position, and
     nothing is marked when the two parsers disagree on the number of rows.
     """
-    rows = csv_rows(text)
+    rows = csv_rows(text, delimiter)
     if len(rows) != len(frame) + 1:
         return frame
     header = [normalise_header(name) for name in rows[0].fields]

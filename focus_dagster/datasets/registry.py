@@ -1,4 +1,9 @@
-"""The ten FOCUS datasets: keys, titles, and the reader of each published layout."""
+"""The datasets: the ten published ones (keys, titles, the reader of each layout), and those the user declares.
+
+A dataset declared in focus.yaml (`focus_dagster/datasets/declaration.py`) is registered here when the
+configuration is parsed (`register_declared`), in every process that parses it; from then on its key is
+looked up like a published one: `dataset_info`, `get_reader`, and the label rule of `labels.rules.rule_for`.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from focus_dagster.errors import UnknownDatasetError
 
 if TYPE_CHECKING:
     # Reader modules load on demand (get_reader), so that the registry stays cheap to import.
+    from focus_dagster.datasets.declaration import DatasetDeclaration
     from focus_dagster.datasets.reader import DatasetReader
 
 
@@ -38,10 +44,52 @@ DATASETS: dict[str, DatasetInfo] = {
     ]
 }
 DATASET_KEYS: tuple[str, ...] = tuple(DATASETS)
+DECLARED_SOURCE = "declared in focus.yaml"
+
+# key -> declaration, for the datasets of the configuration parsed last in this process.
+_declared: dict[str, DatasetDeclaration] = {}
+
+
+def register_declared(declared: dict[str, DatasetDeclaration]) -> None:
+    """Make the declared datasets of a configuration known to this process (replacing any declared before)."""
+    clash = sorted(set(declared) & set(DATASETS))
+    if clash:
+        raise UnknownDatasetError(f"{clash} are published datasets with readers of their own; they cannot be declared")
+    _declared.clear()
+    _declared.update(declared)
+
+
+def declaration(key: str) -> DatasetDeclaration | None:
+    """The declaration of a dataset of the user's own, None for a published one."""
+    return _declared.get(key)
+
+
+def is_known(key: str) -> bool:
+    return key in DATASETS or key in _declared
+
+
+def dataset_info(key: str) -> DatasetInfo:
+    """Key, title and source of a published or declared dataset."""
+    if key in DATASETS:
+        return DATASETS[key]
+    if key in _declared:
+        spec = _declared[key]
+        return DatasetInfo(key, spec.title or key, spec.source or DECLARED_SOURCE)
+    raise _unknown(key)
 
 
 def get_reader(key: str) -> DatasetReader:
     """The reader for a dataset key; an error listing the known keys for anything else."""
+    if key in _declared:
+        from focus_dagster.datasets.declared import DeclaredReader
+
+        return DeclaredReader(key, _declared[key])
     if key not in DATASETS:
-        raise UnknownDatasetError(f"unknown dataset {key!r}; known datasets: {', '.join(DATASET_KEYS)}")
+        raise _unknown(key)
     return importlib.import_module(f"focus_dagster.datasets.{key}").READER
+
+
+def _unknown(key: str) -> UnknownDatasetError:
+    known = [*DATASET_KEYS, *_declared]
+    return UnknownDatasetError(f"unknown dataset {key!r}; known datasets: {', '.join(known)} (a dataset of your own "
+                               "is declared under `datasets:` in focus.yaml)")

@@ -31,12 +31,20 @@ NOT_APPLICABLE = "not applicable"
 
 
 def published(dataset: str) -> tuple[str, ...]:
-    """The group attributes the dataset's publisher provides."""
+    """The group attributes the dataset's publisher provides (a declared dataset: those its declaration maps)."""
+    from focus_dagster.datasets.registry import declaration
+
+    declared = declaration(dataset)
+    if declared is not None:
+        return tuple(a for a in ATTRIBUTES if a in declared.attributes.published())
     return tuple(attribute for attribute, datasets in PUBLISHED.items() if dataset in datasets)
 
 
 def not_applicable_reason(dataset: str, attribute: str) -> str:
-    return f"{NOT_APPLICABLE}: {dataset} does not publish {attribute} (datasets.md)"
+    from focus_dagster.datasets.registry import declaration
+
+    where = "its focus.yaml declaration" if declaration(dataset) is not None else "datasets.md"
+    return f"{NOT_APPLICABLE}: {dataset} does not publish {attribute} ({where})"
 
 
 @dataclass

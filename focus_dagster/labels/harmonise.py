@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from focus_dagster.labels.rules import METADATA, TASKS, LabelRule, rule_for
+from focus_dagster.labels.rule_lookup import rule_for
+from focus_dagster.labels.rules import METADATA, TASKS, LabelRule
 from focus_dagster.labels.splits import SPLITS, assign_splits
 
 LABEL_COLUMNS = [

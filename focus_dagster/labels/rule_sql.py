@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-__all__ = ["COLUMN_ALIASES", "RULE_SQL", "SUBSET_SQL", "independent_labels"]
+__all__ = ["COLUMN_ALIASES", "RULE_SQL", "SUBSET_SQL", "declared_rule_sql", "independent_labels", "rules_for",
+           "subset_for"]
 
 TASK_NAMES = ("any_dr", "referable_dr", "gon")
 
@@ -119,6 +120,89 @@ COLUMN_ALIASES: dict[str, dict[str, str]] = {
 }
 
 
+def rules_for(dataset: str) -> dict[str, str]:
+    """The SQL rules of a dataset: transcribed above for a published one, built from its declaration for a
+    dataset declared in focus.yaml."""
+    from focus_dagster.datasets.registry import declaration
+
+    if dataset in RULE_SQL:
+        return RULE_SQL[dataset]
+    declared = declaration(dataset)
+    if declared is None:
+        raise ValueError(f"No independent SQL label rules for dataset {dataset!r}: add them to RULE_SQL.")
+    return declared_rule_sql(declared)
+
+
+def subset_for(dataset: str) -> str:
+    """The SQL subset rule of a dataset (a declared dataset has none: every record belongs)."""
+    return SUBSET_SQL.get(dataset, "TRUE")
+
+
+# ------------------------------------------------------------------------------- declared datasets
+# The SQL form of a focus.yaml declaration (focus_dagster/datasets/declaration.py): the task definitions of
+# datasets.md over the declared columns, written here in SQL and not derived from the pandas rule
+# (focus_dagster/labels/declared.py), so that the consistency check compares two readings of one declaration.
+
+
+def declared_rule_sql(declaration) -> dict[str, str]:
+    """{task: SQL expression} for each task the declaration defines."""
+    from focus_dagster.datasets.declaration import IcdrTask, VcdrTask
+
+    out = {}
+    for task, spec in declaration.tasks.declared().items():
+        if isinstance(spec, IcdrTask):
+            out[task] = _icdr_sql(spec, {"any_dr": 1, "referable_dr": 2}[task])
+        elif isinstance(spec, VcdrTask):
+            ratio = _number_sql(spec.vcdr)
+            out[task] = f"CASE WHEN {ratio} IS NULL THEN NULL ELSE {ratio} >= {float(spec.threshold)!r} END"
+        else:
+            positive = _in_sql(spec.column, spec.positive)
+            if spec.negative is None:  # every other non-blank value is negative
+                out[task] = f'CASE WHEN {_quoted(spec.column)} IS NULL THEN NULL ELSE {positive} END'
+            else:
+                negative = _in_sql(spec.column, spec.negative)
+                out[task] = f"CASE WHEN {positive} THEN TRUE WHEN {negative} THEN FALSE ELSE NULL END"
+    return out
+
+
+def _icdr_sql(spec, threshold: int) -> str:
+    grade = _number_sql(spec.icdr)
+    edema = spec.edema_flag()
+    positive = f"{grade} >= {threshold}"
+    if edema is not None:  # a blank edema flag is no edema
+        positive += f" OR coalesce({_in_sql(edema.column, edema.positive)}, false)"
+    return f"CASE WHEN {grade} IS NULL THEN NULL ELSE {positive} END"
+
+
+def _quoted(column: str) -> str:
+    return '"' + column.replace('"', '""') + '"'
+
+
+def _number_sql(column: str) -> str:
+    return f"TRY_CAST(trim(CAST({_quoted(column)} AS VARCHAR)) AS DOUBLE)"
+
+
+def _in_sql(column: str, values) -> str:
+    """TRUE when the cell is one of `values`: numbers by value, text without case (NULL for a null cell)."""
+    numbers, texts = [], []
+    for value in values:
+        try:
+            numbers.append(float(str(value).strip()) if not isinstance(value, bool) else None)
+        except ValueError:
+            texts.append(str(value).strip().lower())
+    numbers = [n for n in numbers if n is not None]
+    text = f"lower(trim(CAST({_quoted(column)} AS VARCHAR)))"
+    terms = []
+    if numbers:
+        # A cell that reads as a number is compared by value only, so that '1.0' is 1 and never the text '1.0'.
+        terms.append(f"coalesce({_number_sql(column)} IN ({', '.join(repr(n) for n in numbers)}), false)")
+    if texts:
+        literals = ", ".join("'" + t.replace("'", "''") + "'" for t in texts)
+        terms.append(f"({_number_sql(column)} IS NULL AND {text} IN ({literals}))")
+    body = " OR ".join(terms) or "false"
+    return f"(CASE WHEN {_quoted(column)} IS NULL THEN NULL ELSE ({body}) END)"
+
+
 def independent_labels(dataset: str, records: pd.DataFrame, *, subset: bool = False) -> pd.DataFrame:
     """image_id and the three tasks (nullable Int8, null where undefined) by the dataset's SQL rules.
 
@@ -131,21 +215,19 @@ def independent_labels(dataset: str, records: pd.DataFrame, *, subset: bool = Fa
     """
     import duckdb  # loaded on first use: importing the labels package stays light
 
-    if dataset not in RULE_SQL:
-        raise ValueError(f"No independent SQL label rules for dataset {dataset!r}: add them to RULE_SQL.")
+    tasks = rules_for(dataset)
     frame = records.reset_index(drop=True)
     aliases = {old: new for old, new in COLUMN_ALIASES.get(dataset, {}).items()
                if old in frame.columns and new not in frame.columns}
     frame = frame.rename(columns=aliases)
     # Object columns of mixed Python types confuse DuckDB's type sniffing; text is what TRY_CAST expects.
     frame = frame.astype({c: "string" for c in frame.columns if frame[c].dtype == object})
-    tasks = RULE_SQL[dataset]
     selects = [
         f"CAST(({tasks[task]}) AS TINYINT) AS {task}" if task in tasks else f"CAST(NULL AS TINYINT) AS {task}"
         for task in TASK_NAMES
     ]
     if subset:
-        selects.append(f"coalesce(CAST(({SUBSET_SQL.get(dataset, 'TRUE')}) AS BOOLEAN), false) AS in_subset")
+        selects.append(f"coalesce(CAST(({subset_for(dataset)}) AS BOOLEAN), false) AS in_subset")
     sql = f'SELECT CAST("image_id" AS VARCHAR) AS image_id, {", ".join(selects)} FROM records_frame'
     with duckdb.connect() as con:
         con.register("records_frame", frame)

@@ -269,7 +269,3 @@ RULES: dict[str, LabelRule] = {
         ),
     ]
 }
-
-
-def rule_for(dataset: str) -> LabelRule:
-    return RULES[dataset]

@@ -77,9 +77,28 @@ def assign_splits(
     """
     if splits_dir is not None and split_file_path(splits_dir, dataset).is_file():
         return published_split(dataset, labels, records, split_file_path(splits_dir, dataset))
-    if dataset in NATIVE_SPLIT_MAP:
+    if native_split_map(dataset) is not None:
         return native_split(dataset, labels, records)
-    return seeded_split(labels, seed)
+    return seeded_split(labels, seed, declared_test_fraction(dataset))
+
+
+def native_split_map(dataset: str) -> dict[str, str] | None:
+    """Native split -> benchmark split, for datasets that have a native split (a declared dataset has one when
+    its declaration names a split column: the reader already mapped its values to train / val / test)."""
+    from focus_dagster.datasets.registry import declaration
+
+    declared = declaration(dataset)
+    if declared is not None:
+        return {split: split for split in SPLITS} if declared.split.column else None
+    return NATIVE_SPLIT_MAP.get(dataset)
+
+
+def declared_test_fraction(dataset: str) -> float:
+    """The test fraction of the seeded split: the declaration's `split.seeded`, else the benchmark's 0.4."""
+    from focus_dagster.datasets.registry import declaration
+
+    declared = declaration(dataset)
+    return declared.split.seeded if declared is not None and declared.split.seeded else TEST_FRACTION
 
 
 # ------------------------------------------------------------------------------------------- published
@@ -176,10 +195,10 @@ def _patient_key(values: pd.Series) -> pd.Series:
 
 
 def _native_benchmark_split(dataset: str, labels: pd.DataFrame, records: pd.DataFrame) -> pd.Series | None:
-    if dataset not in NATIVE_SPLIT_MAP or "native_split" not in records:
+    if native_split_map(dataset) is None or "native_split" not in records:
         return None
     native = labels["image_id"].map(records.set_index("image_id")["native_split"])
-    return native.map(NATIVE_SPLIT_MAP[dataset])
+    return native.map(native_split_map(dataset))
 
 
 def _our_image_keys(dataset: str, labels: pd.DataFrame, records: pd.DataFrame) -> pd.Series:
@@ -231,7 +250,7 @@ def path_tail(path: str) -> str:
 
 def native_split(dataset: str, labels: pd.DataFrame, records: pd.DataFrame) -> SplitAssignment:
     native = labels["image_id"].map(records.set_index("image_id")["native_split"])
-    mapping = NATIVE_SPLIT_MAP[dataset]
+    mapping = native_split_map(dataset)
     split = native.map(mapping)
     unassigned = {i: f"native split {s!r} is not used by the benchmark" for i, s in zip(labels["image_id"], native)
                   if s not in mapping}
@@ -243,7 +262,7 @@ def native_split(dataset: str, labels: pd.DataFrame, records: pd.DataFrame) -> S
 # ---------------------------------------------------------------------------------------------- seeded
 
 
-def seeded_split(labels: pd.DataFrame, seed: int) -> SplitAssignment:
+def seeded_split(labels: pd.DataFrame, seed: int, test_fraction: float = TEST_FRACTION) -> SplitAssignment:
     """60/40 train/test by a keyed hash of each group, so that no record's side depends on another's.
 
     A group is a patient (`patient_id`), or a single image (`image:<image_id>`) where there is no patient
@@ -264,15 +283,15 @@ def seeded_split(labels: pd.DataFrame, seed: int) -> SplitAssignment:
     """
     groups = split_groups(labels)
     fractions = [group_fraction(seed, d, g) for d, g in zip(labels["dataset"], groups)]
-    test = pd.Series(np.array(fractions) < TEST_FRACTION, index=labels.index, dtype=bool)
+    test = pd.Series(np.array(fractions) < test_fraction, index=labels.index, dtype=bool)
     split = pd.Series(np.where(test, "test", "train"), index=labels.index, dtype=object)
     report = {
         "seed": seed,
-        "test_fraction": TEST_FRACTION,
+        "test_fraction": test_fraction,
         "groups": int(groups.nunique()),
-        "rule": f"test when blake2b('<dataset>/<group>', key=str(seed), digest_size=8) / 2**64 < {TEST_FRACTION}",
+        "rule": f"test when blake2b('<dataset>/<group>', key=str(seed), digest_size=8) / 2**64 < {test_fraction}",
         "grouping": _grouping(labels),
-        "stratification": stratification_report(labels, test, groups),
+        "stratification": stratification_report(labels, test, groups, test_fraction),
     }
     return SplitAssignment(split, "seeded", None, report=report)
 
@@ -303,29 +322,30 @@ def _grouping(labels: pd.DataFrame) -> str:
     return f"patient_id, else image_id ({int((~with_patient).sum())} images without one)"
 
 
-def stratification_report(labels: pd.DataFrame, test: pd.Series, groups: pd.Series) -> dict:
+def stratification_report(labels: pd.DataFrame, test: pd.Series, groups: pd.Series,
+                          test_fraction: float = TEST_FRACTION) -> dict:
     """Observed test share per task and class, against the tolerance stated in `seeded_split`."""
     classes = {
-        task: {name: _class_share(labels[task] == value, test, groups) for name, value in CLASSES}
+        task: {name: _class_share(labels[task] == value, test, groups, test_fraction) for name, value in CLASSES}
         for task in TASKS
         if labels[task].notna().any()
     }
     outside = [f"{task}/{name}" for task, by_class in classes.items() for name, c in by_class.items()
                if c["within_tolerance"] is False]
     return {
-        "tolerance": f"test share {TEST_FRACTION} +/- {STRATUM_TOLERANCE} for each task and class held by at "
+        "tolerance": f"test share {test_fraction} +/- {STRATUM_TOLERANCE} for each task and class held by at "
                      f"least {STRATUM_MIN_GROUPS} groups (fewer: reported, not judged)",
         "classes": classes,
         "outside_tolerance": outside,
     }
 
 
-def _class_share(member: pd.Series, test: pd.Series, groups: pd.Series) -> dict:
+def _class_share(member: pd.Series, test: pd.Series, groups: pd.Series, test_fraction: float) -> dict:
     member = member.fillna(False).astype(bool)
     images, in_test, n_groups = int(member.sum()), int((member & test).sum()), int(groups[member].nunique())
     share = in_test / images if images else None
     judged = share is not None and n_groups >= STRATUM_MIN_GROUPS
     # Rounded so that a share sitting exactly on the edge is not lost to floating point.
-    within = round(abs(share - TEST_FRACTION), 9) <= STRATUM_TOLERANCE if judged else None
+    within = round(abs(share - test_fraction), 9) <= STRATUM_TOLERANCE if judged else None
     return {"images": images, "groups": n_groups, "in_test": in_test,
             "test_share": None if share is None else round(share, 4), "within_tolerance": within}

@@ -62,7 +62,9 @@ def synthesize(
     keys = list(datasets) if datasets is not None else list(DATASET_KEYS)
     unknown = [k for k in keys if k not in DATASET_KEYS]
     if unknown:
-        raise UnknownDatasetError(f"unknown dataset(s) {unknown}; known datasets: {', '.join(DATASET_KEYS)}")
+        raise UnknownDatasetError(f"no look-alike for {unknown}: look-alikes exist of the published datasets only "
+                                  f"({', '.join(DATASET_KEYS)}); a dataset declared in focus.yaml is read from its "
+                                  "own root")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     plans = {}

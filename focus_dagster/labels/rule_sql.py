@@ -146,12 +146,12 @@ def subset_for(dataset: str) -> str:
 
 def declared_rule_sql(declaration) -> dict[str, str]:
     """{task: SQL expression} for each task the declaration defines."""
-    from focus_dagster.datasets.declaration import IcdrTask, VcdrTask
+    from focus_dagster.datasets.declaration import ICDR_THRESHOLDS, IcdrTask, VcdrTask
 
     out = {}
     for task, spec in declaration.tasks.declared().items():
         if isinstance(spec, IcdrTask):
-            out[task] = _icdr_sql(spec, {"any_dr": 1, "referable_dr": 2}[task])
+            out[task] = _icdr_sql(spec, ICDR_THRESHOLDS[task])
         elif isinstance(spec, VcdrTask):
             ratio = _number_sql(spec.vcdr)
             out[task] = f"CASE WHEN {ratio} IS NULL THEN NULL ELSE {ratio} >= {float(spec.threshold)!r} END"
@@ -184,13 +184,9 @@ def _number_sql(column: str) -> str:
 
 def _in_sql(column: str, values) -> str:
     """TRUE when the cell is one of `values`: numbers by value, text without case (NULL for a null cell)."""
-    numbers, texts = [], []
-    for value in values:
-        try:
-            numbers.append(float(str(value).strip()) if not isinstance(value, bool) else None)
-        except ValueError:
-            texts.append(str(value).strip().lower())
-    numbers = [n for n in numbers if n is not None]
+    from focus_dagster.datasets.declaration import split_values
+
+    numbers, texts = split_values(tuple(values))
     text = f"lower(trim(CAST({_quoted(column)} AS VARCHAR)))"
     terms = []
     if numbers:

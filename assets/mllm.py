@@ -24,6 +24,7 @@ from checks.conditions import WITH_ITS_ASSET
 from focus_dagster import lineage
 from focus_dagster.labels import TASKS, defined_tasks
 from focus_dagster.labels.rule_lookup import rule_for
+from focus_dagster.models.preprocessing import preprocess_fingerprint
 from focus_dagster.models.spec import CheckpointError
 from focus_dagster.questions import QuestionBook, find_leaks, unknown_fields
 from focus_dagster.version import code_version
@@ -254,7 +255,8 @@ def _fingerprint_parts(mllm, asked: pd.DataFrame, answer_tokens: int) -> dict:
     spec = mllm.spec
     questions = hashlib.sha256(asked.to_csv(index=False).encode()).hexdigest()
     return {"model": spec.id, "revision": spec.revision, "weights": mllm.report.weights_sha256,
-            "preprocess": spec.preprocess, "family": spec.family, "code": __version__, "questions": questions,
+            "preprocess": preprocess_fingerprint(spec.preprocess), "family": spec.family, "code": __version__,
+            "questions": questions,
             "answer_tokens": answer_tokens, "tokens": json.dumps(mllm.tokens.summary(), sort_keys=True)}
 
 

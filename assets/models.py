@@ -17,6 +17,7 @@ from checks.conditions import WITH_ITS_ASSET
 from focus_dagster import lineage
 from focus_dagster.inference.pixel_cache import KnownHashes
 from focus_dagster.labels import defined_tasks
+from focus_dagster.models.preprocessing import preprocess_fingerprint, preprocess_record
 from focus_dagster.models.spec import CheckpointError
 from focus_dagster.version import code_version
 from resources import DatasetRoots, FocusStorage, ModelHub, layout
@@ -34,6 +35,9 @@ EMBEDDINGS_DESCRIPTION = (
     "each image is decoded once per preprocessing and its pixels kept under `pixels/<dataset>/` by content "
     "hash, so the next model with the same input size reads pixels, not JPEGs. Work is kept in shards, so an "
     "interrupted run resumes and a changed model, revision, preprocessing, decoder or label set recomputes. "
+    "Images are preprocessed as the model's own configuration says (timm pretrained_cfg, the Hugging Face image "
+    "processor saved with it, or the catalog's published settings; focus.yaml overrides field by field), by "
+    "that library's transform; `preprocess` in the metadata gives every value and its source. "
     "Metadata: n, dimension, device, decoder, images/s, images read from the pixel cache vs decoded, weights "
     "hash and the checkpoint audit (matched / missing / unexpected tensors), images that could not be read, "
     "and flags for pipeline-check models and for datasets the model saw in pretraining."
@@ -152,12 +156,13 @@ def model_output_stamp(asset: str, model_id: str, dataset: str, run_id: str, fra
                        **inputs) -> dict:
     """The lineage of a model output: its content version, the model that computed it (id, revision, snapshot,
     weights hash and file signature, audit), and the stamps of the inputs it read (keyword arguments that are
-    not stamps, such as a prompts version, are kept as facts)."""
+    not stamps, such as a prompts version, are kept as facts), and the preprocessing its images went through."""
     stamps = {name: value for name, value in inputs.items() if isinstance(value, dict) or value is None}
     facts = {name: value for name, value in inputs.items() if name not in stamps}
     return lineage.stamp(asset, layout.model_dataset_row_key(model_id, dataset), run_id, lineage.frame_version(frame),
                          code_version=code_version(), inputs=stamps,
-                         model=lineage.model_facts(loaded.spec, loaded.report), **facts)
+                         model=lineage.model_facts(loaded.spec, loaded.report),
+                         preprocess=preprocess_record(loaded.spec.preprocess), **facts)
 
 
 def image_files(datasets: DatasetRoots, dataset: str, labels: pd.DataFrame) -> list[tuple[str, str]]:
@@ -201,7 +206,7 @@ def _fingerprint_parts(encoder, forward) -> dict:
 
     spec = encoder.spec
     parts = {"model": spec.id, "revision": spec.revision, "weights": encoder.report.weights_sha256,
-             "preprocess": spec.preprocess, "pooling": spec.pooling, "family": spec.family, "code": __version__}
+             "preprocess": preprocess_fingerprint(spec.preprocess), "pooling": spec.pooling, "family": spec.family, "code": __version__}
     return parts | ({"forward": forward.mode} if forward.is_compiled else {})
 
 
@@ -213,6 +218,7 @@ def _embedding_metadata(encoder, run, dataset: str, path, sha: str) -> dict:
         "dimension": int(run.outputs.shape[1]) if run.outputs.size else 0,
         "dtype": "float32",
         "decoder": run.decoder,
+        "preprocess": dg.MetadataValue.json(preprocess_record(encoder.spec.preprocess)),
         "pixels_from_cache": run.pixels_from_cache,
         "pixels_decoded": run.pixels_decoded,
         **model_run_metadata(encoder, run, dataset),

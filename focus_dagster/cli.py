@@ -196,7 +196,32 @@ def cmd_models(args) -> int:
         state = "built on first use" if built_in else ("here: " if available else "MISSING: ") + where
         print(f"{spec.id:<28} {spec.interface:<5} {spec.domain:<14} {spec.family:<18} {spec.source:<44} "
               f"{spec.revision or '-':<12} {'yes' if spec.id in selected else '':<8} {state}")
+        if args.selected:
+            print(_preprocess_lines(spec))
     return 0
+
+
+def _preprocess_lines(spec) -> str:
+    """The preprocessing a selected model's images get, and where each value came from (models/preprocessing.py)."""
+    from focus_dagster.models.preprocessing import with_own_preprocessing
+
+    try:
+        preprocess = with_own_preprocessing(spec).preprocess
+    except FocusError as error:
+        return f"    preprocess: cannot be resolved: {error}"
+    v = preprocess.values()
+    normalise = "/255 only" if v["scale_only"] else f"mean {_shown(v['mean'])}, std {_shown(v['std'])}"
+    by = f"the image processor in {preprocess.processor}" if preprocess.processor else "timm's eval transform"
+    by_source: dict[str, list[str]] = {}
+    for name, source in sorted(preprocess.described()["sources"].items()):
+        by_source.setdefault(source, []).append(name)
+    sources = "; ".join(f"{source}: {', '.join(names)}" for source, names in by_source.items())
+    return (f"    preprocess: {v['size']} px, {v['resize']} via {v['resize_to']} (crop_pct {v['crop_pct']:g}), "
+            f"{v['interpolation']}, {normalise}; pixels by {by}\n    from {sources}")
+
+
+def _shown(values) -> str:
+    return "/".join(f"{value:g}" for value in values)
 
 
 def cmd_datasets(args) -> int:

@@ -166,12 +166,14 @@ class SplitsSection(Section):
 
 
 class PreprocessEntry(Section):
-    """How images reach the model (replaces the catalog's preprocessing; keys left out take its defaults)."""
+    """How images reach the model, field by field over the model's own configuration (timm pretrained_cfg,
+    Hugging Face image processor) or the catalog's published settings: keys left out keep those."""
 
     size: StrictInt | None = Field(None, ge=1, description="input size in pixels")
     resize: Literal[RESIZE_POLICIES] | None = Field(None, description="resize_crop: shorter side to resize_to, "
                                                     "centre crop; squash: straight to size; pad_longest: padded")
-    resize_to: StrictInt | None = Field(None, ge=1, description="shorter side before the centre crop")
+    resize_to: StrictInt | None = Field(None, ge=1, description="side the resize aims at before the centre crop")
+    crop_pct: float | None = Field(None, gt=0, le=1, description="timm's size / resize_to (instead of resize_to)")
     interpolation: Literal[INTERPOLATIONS] | None = Field(None, description="resampling filter")
     mean: list[float] | None = Field(None, min_length=3, max_length=3, description="per-channel mean (RGB)")
     std: list[float] | None = Field(None, min_length=3, max_length=3, description="per-channel std (RGB)")

@@ -80,7 +80,7 @@ UNKNOWN_KEYS = [
     ({"splits": {"folder": "x"}}, "splits.folder", "dir, seed"),
     ({"models": ["efficientnet_lite0", {"id": "x", "weights": "/w"}]}, "models.1.weights", MODEL_KEYS),
     ({"models": [{"id": "x", "preprocess": {"crop": 1}}]}, "models.0.preprocess.crop",
-     "size, resize, resize_to, interpolation, mean, std, scale_only"),
+     "size, resize, resize_to, crop_pct, interpolation, mean, std, scale_only"),
     ({"questions": {"version": "v", "wording": {}}}, "questions.wording", "version, tasks, datasets"),
     ({"questions": {"version": "v", "tasks": {"amd": "AMD?"}}}, "questions.tasks.amd", TASKS),
     ({"questions": {"version": "v", "datasets": {"gon": {"amd": "AMD?"}}}}, "questions.datasets.gon.amd", TASKS),
@@ -264,7 +264,9 @@ def test_the_schema_knows_the_choices_of_the_code_it_describes():
     assert set(settings) == {f.name for f in dataclasses.fields(LoraSettings)}
     assert config_schema.LR_SCHEDULES == LR_SCHEDULES
     assert set(config_schema.ModelEntry.model_fields) == {f.name for f in dataclasses.fields(spec.ModelSpec)}
-    assert set(config_schema.PreprocessEntry.model_fields) == {f.name for f in dataclasses.fields(spec.Preprocess)}
+    # the processor folder and the sources are found, never written
+    assert set(config_schema.PreprocessEntry.model_fields) == {
+        f.name for f in dataclasses.fields(spec.Preprocess)} - {"processor", "sources"}
     assert (config_schema.MODEL_INTERFACES, config_schema.MODEL_DOMAINS, config_schema.RESIZE_POLICIES) == (
         spec.INTERFACES, spec.DOMAINS, spec.RESIZE_POLICIES)
     assert tuple(config_schema.TaskQuestions.model_fields) == tuple(TASKS)

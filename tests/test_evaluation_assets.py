@@ -145,6 +145,11 @@ def test_focus_trace_resolves_a_metric_to_the_files(world, monkeypatch, capsys):
         asset_partitions=[dg.MultiPartitionKey({"model": "tiny_llava", "dataset": "brset"})]), limit=1).records[0]
     assert output["run"]["run_id"] == produced.run_id == row["source_run_id"]
     assert output["run"]["status"] == "SUCCESS"
+    # the preprocessing its images went through, each value with its source (the catalog's 32 px square)
+    preprocess = output["recorded"]["preprocess"]
+    assert (preprocess["values"]["size"], preprocess["values"]["resize"], preprocess["values"]["scale_only"]) == (
+        32, "squash", True)
+    assert preprocess["sources"]["size"] == "catalog"
     assert links["harmonised_labels[brset]"]["recorded"]["label_rule"] == "brset.icdr"
     assert links["harmonised_labels[brset]"]["version"] == row["labels_version"]
     release = links["dataset_release[brset]"]
@@ -157,6 +162,7 @@ def test_focus_trace_resolves_a_metric_to_the_files(world, monkeypatch, capsys):
     assert main(["trace", row["metric_id"]]) == 0
     text = capsys.readouterr().out
     assert "<- dataset release: dataset_release[brset]" in text and "STALE" not in text
+    assert '"resize": "squash"' in text  # the model output's preprocessing, in the text form too
     assert main(["trace", "m-0000000000000000"]) == 2
     assert "not in metrics.values" in capsys.readouterr().err
 

@@ -69,6 +69,29 @@ def test_zero_shot_scores_are_probabilities_per_task(world):
     assert meta["prompts_version"] == "reference-1"
 
 
+def test_the_preprocessing_is_recorded_and_a_change_of_it_recomputes_the_embeddings(world):
+    """Metadata and lineage stamp hold every value with its source; an override of one field gives new pixels,
+    new shards and other vectors (nothing of the earlier run is reused), and says so in its sources."""
+    from resources.storage import read_stamped_parquet
+
+    config, defs, instance = world
+    first = materialize(defs, instance, EMBEDDINGS_JOB, "tiny_vit")
+    path = config.artifacts / "embeddings" / "tiny_vit" / "brset.parquet"
+    before, stamp = read_stamped_parquet(path)
+    assert first["preprocess"]["values"] | {"mean": None, "std": None} == {
+        "size": 32, "resize": "squash", "resize_to": 32, "crop_pct": 1.0, "interpolation": "bilinear",
+        "mean": None, "std": None, "scale_only": False, "processor": None, "transform": "timm"}
+    assert set(first["preprocess"]["sources"].values()) == {"catalog"}
+    assert stamp["facts"]["preprocess"] == first["preprocess"]
+    changed = replace(config, models=({"id": "tiny_vit", "preprocess": {"interpolation": "bicubic"}}, "tiny_clip"))
+    second = materialize(build_definitions(changed), instance, EMBEDDINGS_JOB, "tiny_vit")
+    after, restamped = read_stamped_parquet(path)
+    assert second["shards_reused"] == 0 and second["pixels_from_cache"] == 0
+    assert restamped["facts"]["preprocess"]["sources"]["interpolation"] == "focus.yaml"
+    assert restamped["facts"]["preprocess"]["sources"]["size"] == "catalog"
+    assert not all((a == b).all() for a, b in zip(before["embedding"], after["embedding"]))
+
+
 @needs_compiler
 def test_compiled_embeddings_match_eager_ones_and_keep_shards_of_their_own(world):
     config, defs, instance = world

@@ -3,7 +3,7 @@
 On a GPU the model runs two orders of magnitude faster than CPU cores decode full-size fundus JPEGs
 (bench/results/encoders_h200.json), so with CUDA the worker processes only read the bytes and the GPU
 decodes a model batch at a time (torchvision's `decode_jpeg(list, device="cuda")`), then resizes each image
-with the same geometry as the CPU path (images.geometry) and an antialiased filter. Images that are not JPEGs,
+with the sizes and offsets of timm's transform and Pillow's filters, bit for bit. Images that are not JPEGs,
 and JPEGs nvJPEG refuses, are decoded on the CPU as everywhere else, so a run reads exactly the images the
 CPU path reads. Without CUDA nothing here is selected.
 """
@@ -13,7 +13,9 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
-from focus_dagster.inference.images import default_cpu_decoder, geometry, pixels_from_bytes
+from focus_dagster.inference.images import default_cpu_decoder, pixels_from_bytes
+from focus_dagster.inference.pil_resample import pil_resize
+from focus_dagster.inference.transforms import resize_plan
 from focus_dagster.models.spec import Preprocess
 
 DEVICE_DECODER = "nvjpeg"
@@ -33,13 +35,16 @@ class Decoder:
         return DEVICE_DECODER if self.device else self.cpu
 
 
-def choose_decoder(device: str, cuda_available: bool | None = None, cpu: str | None = None) -> Decoder:
-    """nvJPEG when the model runs on CUDA and CUDA is there; otherwise the fastest installed CPU decoder."""
+def choose_decoder(device: str, cuda_available: bool | None = None, cpu: str | None = None,
+                   preprocess: Preprocess | None = None) -> Decoder:
+    """nvJPEG when the model runs on CUDA and CUDA is there; otherwise the fastest installed CPU decoder. Pixels
+    a Hugging Face image processor computes stay on the CPU: they are the processor's, not a replica's."""
     import torch
 
     cpu = cpu or default_cpu_decoder()
     available = torch.cuda.is_available() if cuda_available is None else cuda_available
-    if device.startswith("cuda") and available:
+    by_processor = preprocess is not None and preprocess.processor
+    if device.startswith("cuda") and available and not by_processor:
         return Decoder(cpu=cpu, device=device)
     return Decoder(cpu=cpu)
 
@@ -78,17 +83,14 @@ def _decode_jpegs(encoded: list, device: str):
 
 
 def resize_on_device(image, preprocess: Preprocess):
-    """A decoded image [3, H, W] uint8 -> the model's square [3, size, size] uint8, on the image's device, with
-    the CPU path's geometry and an antialiased filter of the same kind (bicubic a=-0.5, as Pillow's)."""
+    """A decoded image [3, H, W] uint8 -> the model's square [3, size, size] uint8, on the image's device: the
+    sizes and offsets of timm's transform (transforms.resize_plan) and Pillow's filter, bit for bit
+    (pil_resample.py), so that the pixels differ from the CPU path's only where nvJPEG's decode does."""
     import torch
-    import torch.nn.functional as F
 
     side = preprocess.size
-    plan = geometry((image.shape[2], image.shape[1]), preprocess)
-    mode = preprocess.interpolation
-    resized = F.interpolate(image[None].float(), size=(plan.resized[1], plan.resized[0]), mode=mode,
-                            antialias=mode != "nearest", **({} if mode == "nearest" else {"align_corners": False}))
-    resized = resized[0].round_().clamp_(0, 255).to(torch.uint8)
+    plan = resize_plan(image.shape[2], image.shape[1], preprocess)
+    resized = pil_resize(image, plan.resized, preprocess.interpolation)
     left, top = plan.offset
     if not plan.pad:
         return resized[:, top : top + side, left : left + side].contiguous()

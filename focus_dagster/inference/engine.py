@@ -192,7 +192,7 @@ def run_on_images(
     have not changed since. `decoder` is chosen from the device unless given (device_decode.choose_decoder).
     """
     device = pick_device(device)
-    decoder = decoder or choose_decoder(device)
+    decoder = decoder or choose_decoder(device, preprocess=preprocess)
     cache = (PixelCache(Path(pixel_cache) / preprocessing_key(preprocess, decoder.id), preprocess.size)
              if pixel_cache is not None else None)
     files = partial(ImageFiles, preprocess=preprocess, decoder=decoder, cache=cache, hashes=known_hashes)

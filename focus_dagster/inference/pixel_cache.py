@@ -18,18 +18,22 @@ from pathlib import Path
 import numpy as np
 
 from focus_dagster.files import atomic_path
+from focus_dagster.models.preprocessing import processor_digest
 from focus_dagster.models.spec import Preprocess
 
 # Bump when the pixels this code produces for the same inputs change (resize arithmetic, colour conversion).
-PIXELS_VERSION = 1
+# 2: full decodes resized by the library's transform (1: reduced-scale JPEG decodes, the platform's own resize).
+PIXELS_VERSION = 2
 
 
 def preprocessing_key(preprocess: Preprocess, decoder: str) -> str:
     """The folder name of one preprocessing: everything that decides the pixels, and nothing that does not
-    (mean, std and scale_only act later, on the model's device)."""
-    resize_to = preprocess.resize_to if preprocess.resize == "resize_crop" else None
-    return (f"{preprocess.size}px-{preprocess.resize}-{resize_to or preprocess.size}-{preprocess.interpolation}"
-            f"-{decoder}-v{PIXELS_VERSION}")
+    (mean, std and scale_only act later, on the model's device). Pixels an image processor computes are that
+    processor's: its configuration's digest is part of the key."""
+    transform = f"-processor-{processor_digest(preprocess.processor)}" if preprocess.processor else ""
+    return (f"{preprocess.size}px-{preprocess.resize}-{preprocess.scale_size}-{preprocess.interpolation}"
+            f"{transform}-{decoder}-v{PIXELS_VERSION}")
+
 
 
 def content_hash_of(data: bytes) -> str:

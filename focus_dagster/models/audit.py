@@ -12,7 +12,7 @@ import pickle
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from focus_dagster.models.spec import CheckpointError, WeightsNotFoundError
 
@@ -150,11 +150,15 @@ def load_audited(
     checkpoint: str,
     weights_sha256: str,
     optional_prefixes: tuple[str, ...] = (),
+    built: str | None = None,
+    advice: Callable[[LoadReport], str] | None = None,
 ) -> LoadReport:
     """Load `state_dict` into `model` and audit it; raise unless every backbone tensor was filled.
 
     optional_prefixes: model tensors a family may legitimately leave at their initial values (e.g. a
     classification head the benchmark never uses); they are reported as `ignored_missing`.
+    built: what the model is, as the error names it (e.g. "timm 'resnet18'"); advice: the fix the error
+    suggests, written from the failed report (only called when the load fails).
     """
     own = model.state_dict()
     matched, mismatched, usable = [], [], {}
@@ -180,10 +184,18 @@ def load_audited(
         ignored_missing=ignored,
     )
     if not report.clean:
-        raise CheckpointError(
-            f"model {model_id!r}: {checkpoint} filled only {report.matched} of {report.model_tensors} model tensors; "
-            f"missing {len(report.missing)} (e.g. {report.missing[:5]}), shape mismatches {report.shape_mismatched[:3]}, "
-            f"unexpected {len(report.unexpected)} (e.g. {report.unexpected[:5]}). A partial load is never accepted: "
-            "check the spec's family (checkpoint layout) and architecture options."
-        )
+        raise CheckpointError(mismatch_message(report, built, advice))
     return report
+
+
+def mismatch_message(report: LoadReport, built: str | None, advice: Callable[[LoadReport], str] | None) -> str:
+    """The audit's refusal: what was built, how much the checkpoint filled, the first tensors that did not fit,
+    and what to change."""
+    target = f"does not fit {built}" if built else "does not fit the model built for it"
+    fix = advice(report) if advice else "check the spec's family (checkpoint layout) and architecture options."
+    return (
+        f"model {report.model_id!r}: checkpoint {report.checkpoint} {target}: filled only {report.matched} of "
+        f"{report.model_tensors} model tensors; missing {len(report.missing)} (e.g. {report.missing[:5]}), "
+        f"unexpected {len(report.unexpected)} (e.g. {report.unexpected[:5]}), shape mismatches "
+        f"{len(report.shape_mismatched)} (e.g. {report.shape_mismatched[:3]}). A partial load is never accepted: {fix}"
+    )

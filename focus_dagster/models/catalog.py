@@ -36,7 +36,7 @@ TINY_PREP = Preprocess(size=32, resize="squash", resize_to=None, interpolation="
 # tokens: 672 (a multiple of their 32 / 336 px units) bounds the cost. `preprocess: {size: ...}` changes it.
 GEMMA3_PREP = Preprocess(size=896, resize="squash", resize_to=None, interpolation="bilinear", scale_only=True)
 MLLM_PREP = Preprocess(size=672, resize="squash", resize_to=None, interpolation="bicubic", scale_only=True)
-TINY_MLLM_PREP = Preprocess(size=32, resize="squash", resize_to=None, interpolation="bilinear", scale_only=True)
+TINY_MLLM_PREP = Preprocess(size=32, resize="squash", resize_to=None, interpolation="bicubic", scale_only=True)
 
 
 def _vm(id, domain, family, source, **extra) -> ModelSpec:

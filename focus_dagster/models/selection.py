@@ -15,7 +15,14 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from focus_dagster.models.spec import ModelSpec, ModelSpecError, Preprocess
+from focus_dagster.models.spec import PREPROCESS_FIELDS, ModelSpec, ModelSpecError, Preprocess
+
+# Where a preprocessing value came from (the model's own configuration files add theirs: models/preprocessing.py).
+USER_SOURCE, CATALOG_SOURCE, DEFAULT_SOURCE = "focus.yaml", "catalog", "platform default"
+# The fields that decide the pixels' geometry (mean, std and scale_only act later, on the model's device).
+GEOMETRY = {"size", "resize", "resize_to", "crop_pct", "interpolation"}
+# Families that build any architecture: by default its own pooling (timm's forward_head, the hub's pooler).
+FAMILY_POOLING = {"timm": "default", "hf_vision": "default"}
 
 OVERRIDABLE = {"path", "revision", "options", "pooling", "dtype", "trust_remote_code", "preprocess", "notes",
                "pretrained_on"}
@@ -48,29 +55,44 @@ def _spec_for(entry: dict, catalog: Mapping[str, ModelSpec], where: str) -> Mode
                 f"{where}: model {model_id!r} is in the catalog; only {sorted(OVERRIDABLE)} can be set for it, "
                 f"not {unknown}."
             )
-        return replace(catalog[model_id], **_typed(entry))
+        base = catalog[model_id]
+        return replace(base, **_typed(entry, base.preprocess, CATALOG_SOURCE))
     missing = [k for k in REQUIRED_FOR_NEW if k not in entry]
     if missing:
         raise ModelSpecError(
             f"{where}: model {model_id!r} is not in the catalog (`focus models` lists it), so it needs {missing}."
         )
     allowed = {f.name for f in fields(ModelSpec)} - {"id"}
+    entry.setdefault("pooling", FAMILY_POOLING.get(entry["family"], "cls"))
     unknown = sorted(set(entry) - allowed)
     if unknown:
         raise ModelSpecError(f"{where}: model {model_id!r} has unknown key(s) {unknown}; allowed: {sorted(allowed)}.")
-    return ModelSpec(id=model_id, **_typed(entry))
+    return ModelSpec(id=model_id, **_typed(entry, Preprocess(), DEFAULT_SOURCE))
 
 
-def _typed(entry: dict) -> dict:
+def _typed(entry: dict, base: Preprocess, base_source: str) -> dict:
     typed = dict(entry)
-    if isinstance(typed.get("preprocess"), Mapping):
-        values = dict(typed["preprocess"])
-        for key in ("mean", "std"):
-            if key in values:
-                values[key] = tuple(values[key])
-        typed["preprocess"] = Preprocess(**values)
+    typed["preprocess"] = overridden(base.with_sources(base_source), typed.get("preprocess"))
     if "pretrained_on" in typed:
         typed["pretrained_on"] = tuple(typed["pretrained_on"])
     if "path" in typed and typed["path"] is not None:
         typed["path"] = str(Path(str(typed["path"])).expanduser())
     return typed
+
+
+def overridden(base: Preprocess, block: Mapping | None) -> Preprocess:
+    """The `preprocess:` block of focus.yaml over `base`, field by field: the keys it sets are marked as the
+    user's, every other field keeps its value and its source. resize_to and crop_pct say one thing two ways:
+    setting one clears the other."""
+    if not block:
+        return base
+    values = {key: tuple(value) if key in ("mean", "std") else value for key, value in dict(block).items()}
+    unknown = sorted(set(values) - set(PREPROCESS_FIELDS))
+    if unknown:
+        raise ModelSpecError(f"preprocess keys {unknown} are not known; allowed: {list(PREPROCESS_FIELDS)}")
+    if "crop_pct" in values or "resize_to" in values:
+        values.setdefault("crop_pct", None)
+        values.setdefault("resize_to", None)
+    if GEOMETRY & set(values) and "processor" not in values:
+        values["processor"] = None  # the geometry is the user's: the pixels come from timm's transform with it
+    return replace(base, **values).with_sources(USER_SOURCE, values)

@@ -1,4 +1,5 @@
-"""Hub-format models (a folder with config.json and safetensors): ViT, DINOv2, DINOv3, CLIP, SigLIP.
+"""Hub-format models (a folder with config.json and safetensors): ViT, DINOv2, DINOv3, CLIP, SigLIP, and
+the vision tower of any of them (family `hf_vision`).
 
 Weights come only from a local folder, through `from_pretrained(folder, local_files_only=True)`: the spec's
 `path`, or the already-populated local hub cache for its `source` (looked up offline). Every load is
@@ -43,6 +44,19 @@ DUAL_MODEL_TYPES = {"hf_clip": ("clip",), "hf_siglip": ("siglip",)}
 # ViT classification checkpoints (google/vit-*) ship no pooler, and the ViT pooler is not our embedding.
 IGNORED_PREFIXES = {"hf_vit": ("pooler.",)}
 POOLINGS = ("cls", "mean_patch")
+# family hf_vision: model_type -> the tower it loads ("auto": AutoModel; "clip" / "siglip": the vision tower
+# class, which also reads the vision half of a full CLIP / SigLIP folder)
+VISION_TOWERS = {
+    "vit": "auto",
+    "dinov2": "auto",
+    "dinov2_with_registers": "auto",
+    "dinov3_vit": "auto",
+    "clip": "clip",
+    "clip_vision_model": "clip",
+    "siglip": "siglip",
+    "siglip_vision_model": "siglip",
+}
+TOWER_POOLINGS = ("default", "pooler", "cls", "mean_patch", "projection")
 
 
 class TextTower:
@@ -110,13 +124,16 @@ def _hub_cache_dir() -> str:
 def read_model_type(folder: Path, spec: ModelSpec, accepted: tuple[str, ...]) -> str:
     """The folder's `model_type`, checked against what the spec's family can load."""
     try:
-        model_type = json.loads((folder / "config.json").read_text()).get("model_type")
+        config = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"model {spec.id!r}: {folder / 'config.json'} is not readable JSON ({exc}).") from exc
+    model_type = config.get("model_type")
     if model_type not in accepted:
         hint = ""
         if model_type == "siglip2":
             hint = " (NaFlex SigLIP 2 needs patch masks from its processor; use a fixed-resolution checkpoint)"
+        elif model_type is None and "architecture" in config:
+            hint = f" (a timm folder, architecture {config['architecture']!r}: use `family: timm`)"
         raise CheckpointError(
             f"model {spec.id!r}: {folder} holds a {model_type!r} model, but family {spec.family!r} loads "
             f"{list(accepted)}{hint}. Check the spec's family."
@@ -141,11 +158,16 @@ def pretrained_kwargs(spec: ModelSpec, folder: Path) -> dict:
     return kwargs
 
 
-def load_pretrained(model_class, spec: ModelSpec, folder: Path):
-    """`model_class.from_pretrained` on the local folder, with its audit; raises on any missing tensor."""
+def load_pretrained(
+    model_class, spec: ModelSpec, folder: Path, ignored_prefixes: tuple[str, ...] | None = None, **overrides
+):
+    """`model_class.from_pretrained` on the local folder, with its audit; raises on any missing tensor.
+
+    ignored_prefixes: model tensors the folder may lack (default: the family's IGNORED_PREFIXES); overrides:
+    further from_pretrained keywords (e.g. a `config`)."""
     quiet_transformers()
     try:
-        model, info = model_class.from_pretrained(str(folder), **pretrained_kwargs(spec, folder))
+        model, info = model_class.from_pretrained(str(folder), **{**pretrained_kwargs(spec, folder), **overrides})
     except Exception as exc:
         if is_pickle_refusal(exc):
             # Raised from None: PyTorch's advice to set weights_only=False must not reach the user as if it were ours.
@@ -153,7 +175,7 @@ def load_pretrained(model_class, spec: ModelSpec, folder: Path):
         if not isinstance(exc, (OSError, RuntimeError, ValueError)):
             raise
         raise CheckpointError(f"model {spec.id!r}: {folder} could not be loaded as {model_class.__name__}: {exc}") from exc
-    report = loading_report(model, info, spec, folder)
+    report = loading_report(model, info, spec, folder, ignored_prefixes)
     return model.eval(), report
 
 
@@ -163,10 +185,13 @@ def _weights_files(folder: Path) -> str:
     return f"{folder} ({', '.join(names)})" if names else str(folder)
 
 
-def loading_report(model, info: dict, spec: ModelSpec, folder: Path) -> LoadReport:
+def loading_report(
+    model, info: dict, spec: ModelSpec, folder: Path, ignored_prefixes: tuple[str, ...] | None = None
+) -> LoadReport:
     """A LoadReport from transformers' loading info (which compares the folder's tensors with the model's)."""
     own = model.state_dict()
-    ignored_prefixes = IGNORED_PREFIXES.get(spec.family, ())
+    if ignored_prefixes is None:
+        ignored_prefixes = IGNORED_PREFIXES.get(spec.family, ())
     missing_all = sorted(set(info.get("missing_keys", ())))
     ignored = [name for name in missing_all if ignored_prefixes and name.startswith(ignored_prefixes)]
     mismatched = [_mismatch_text(entry) for entry in info.get("mismatched_keys", ())]
@@ -221,6 +246,98 @@ def load_hf_vision(spec: ModelSpec) -> LoadedEncoder:
         return out.last_hidden_state[:, 0]  # already through the final LayerNorm in these models
 
     return LoadedEncoder(spec=spec, embed=embed, dim=int(model.config.hidden_size), report=report, modules=(model,))
+
+
+# --------------------------------------------------------------------------- any vision tower
+
+
+def load_hf_vision_tower(spec: ModelSpec) -> LoadedEncoder:
+    """The vision tower of a hub folder (VISION_TOWERS: ViT, DINOv2 with or without registers, DINOv3, CLIP,
+    SigLIP; a full CLIP / SigLIP folder gives its vision tower), loaded offline and audited.
+
+    Pooling: `default` / `pooler`: the model's pooler_output (DINOv2/v3: the normed CLS token; CLIP: the CLS
+    token after post_layernorm; SigLIP: its attention-pooling head; ViT: its pooler, or the CLS token when the
+    folder has no pooler weights, reported as ignored_missing). `cls`: token 0 of last_hidden_state as the
+    library returns it (ViT/DINO: after the final LayerNorm; CLIP: before post_layernorm). `mean_patch`: mean
+    of the patch tokens (class and register tokens excluded). `projection`: CLIP's projected image features
+    (SigLIP: its pooler, the space its text tower shares).
+    """
+    folder = resolve_folder(spec)
+    model_type = read_model_type(folder, spec, tuple(VISION_TOWERS))
+    tower = VISION_TOWERS[model_type]
+    pooling = tower_pooling(spec, tower)
+    model_class, overrides = tower_class(tower, pooling, folder, model_type)
+    ignored = ("pooler.",) if model_type == "vit" and pooling != "pooler" else ()
+    model, report = load_pretrained(model_class, spec, folder, ignored_prefixes=ignored, **overrides)
+    if model_type == "vit" and pooling == "default" and report.ignored_missing:
+        pooling = "cls"  # the folder has no pooler (a classification checkpoint): its CLS token instead
+    if tower == "siglip" and pooling in ("default", "pooler") and not getattr(model.config, "vision_use_head", True):
+        raise ModelSpecError(
+            f"model {spec.id!r}: the SigLIP tower in {folder} has no pooling head (vision_use_head: false); "
+            "use `pooling: mean_patch`."
+        )
+    registers = int(getattr(model.config, "num_register_tokens", 0) or 0)
+    first_patch = (0 if tower == "siglip" else 1) + registers
+    dim = int(model.config.projection_dim) if pooling == "projection" else int(model.config.hidden_size)
+    embed = tower_embed(model, pooling, first_patch)
+    return LoadedEncoder(spec=spec, embed=embed, dim=dim, report=report, modules=(model,))
+
+
+def tower_pooling(spec: ModelSpec, tower: str) -> str:
+    """The spec's pooling, checked against what the tower has (SigLIP: no class token; projection: CLIP)."""
+    pooling = spec.pooling
+    if pooling not in TOWER_POOLINGS:
+        raise ModelSpecError(
+            f"model {spec.id!r}: pooling {pooling!r} is not one of {TOWER_POOLINGS} (family {spec.family!r})."
+        )
+    if tower == "siglip" and pooling == "cls":
+        raise ModelSpecError(
+            f"model {spec.id!r}: a SigLIP tower has no class token; use `pooling: default` (its attention-pooling "
+            "head) or `pooling: mean_patch`."
+        )
+    if pooling == "projection" and tower != "clip":
+        if tower == "siglip":
+            return "pooler"  # SigLIP's image features are its pooler output: no projection
+        raise ModelSpecError(
+            f"model {spec.id!r}: `pooling: projection` needs a CLIP folder (a projection head); use `pooling: default`."
+        )
+    return pooling
+
+
+def tower_class(tower: str, pooling: str, folder: Path, model_type: str) -> tuple:
+    """The transformers class that loads the tower, and from_pretrained overrides (CLIP's projection width)."""
+    import transformers
+
+    if tower == "siglip":
+        return transformers.SiglipVisionModel, {}
+    if tower == "clip" and pooling == "projection":
+        config = transformers.CLIPVisionConfig.from_pretrained(str(folder), local_files_only=True)
+        if model_type == "clip":  # the projection width is a top-level setting of a full CLIP config
+            top = json.loads((folder / "config.json").read_text())
+            config.projection_dim = int(top.get("projection_dim", config.projection_dim))
+        return transformers.CLIPVisionModelWithProjection, {"config": config}
+    if tower == "clip":
+        return transformers.CLIPVisionModel, {}
+    return transformers.AutoModel, {}
+
+
+def tower_embed(model, pooling: str, first_patch: int):
+    """pixels [B,3,H,W] -> the tower's pooled features [B,D], without autograd."""
+
+    def embed(pixels):
+        import torch
+
+        with torch.no_grad():
+            out = model(pixel_values=pixels.to(model.dtype))
+            if pooling == "projection":
+                return out.image_embeds
+            if pooling == "cls":
+                return out.last_hidden_state[:, 0]
+            if pooling == "mean_patch":
+                return out.last_hidden_state[:, first_patch:].mean(dim=1)
+            return out.pooler_output
+
+    return embed
 
 
 # --------------------------------------------------------------------------- dual encoders

@@ -1,11 +1,12 @@
-"""Loaders for timm-built image encoders: ViTs (generic, RETFound MAE / DINOv2, VisionFM), EfficientNet-Lite0
-and the seeded pipeline-check ViT.
+"""Loaders for timm-built image encoders: any timm architecture (family `timm`), ViTs (generic, RETFound MAE /
+DINOv2, VisionFM), EfficientNet-Lite0 and the seeded pipeline-check ViT.
 
 Every loader builds the architecture with `pretrained=False` (nothing is downloaded), reads the checkpoint
 through `read_weights` (safetensors, or torch.load with weights_only=True), rewrites its tensor names into
 timm's layout, and fills the model through `load_audited`, which raises unless every backbone tensor was
 filled. Architecture settings come from `spec.options`, defaulting to the published models, so that tiny test
-checkpoints go through exactly the same code as the real ones.
+checkpoints go through exactly the same code as the real ones. A checkpoint that does not fit is refused with
+the architecture built, the first tensors that did not fit and the options that choose the architecture.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from focus_dagster.models.audit import (
     select_state_dict,
 )
 from focus_dagster.models.base import LoadedEncoder
-from focus_dagster.models.spec import ModelSpec, ModelSpecError, WeightsNotFoundError
+from focus_dagster.models.loaders.timm_advice import mismatch_advice
+from focus_dagster.models.spec import CheckpointError, ModelSpec, ModelSpecError, WeightsNotFoundError
 
 # spec.options keys passed straight to timm's VisionTransformer (overriding the named architecture's defaults)
 VIT_ARCH_OPTIONS = (
@@ -43,6 +45,12 @@ VIT_ARCH_OPTIONS = (
     "dynamic_img_size",
 )
 VIT_POOLINGS = ("cls", "mean_patch")
+# spec.options keys the platform itself reads (which file, which key, which prefixes): never passed to timm
+PLATFORM_OPTIONS = ("model_name", "filename", "checkpoint_key", "strip_prefixes")
+# further keys the ViT families read: LayerNorm eps, and the seed of the generated pipeline-check weights
+TIMM_VIT_SETTINGS = ("norm_eps", "seed")
+# the options a mismatch error names as the ones that size a ViT
+VIT_SIZE_OPTIONS = ("embed_dim", "depth", "num_heads", "patch_size", "img_size")
 WEIGHT_SUFFIXES = SAFETENSORS_SUFFIXES + TORCH_SUFFIXES
 # DINOv2 training code may store blocks in chunks: `blocks.<chunk>.<index>.` where <index> is global.
 CHUNKED_BLOCK = re.compile(r"^blocks\.\d+\.(\d+)\.")
@@ -82,6 +90,30 @@ def resolve_weights_file(spec: ModelSpec) -> Path:
                 f"(looked at {looked}). {how_to_provide(spec)}"
             )
     return location if location.is_file() else weights_file_in(location, spec)
+
+
+def weights_folder(spec: ModelSpec) -> Path | None:
+    """The folder of a spec's weights, where configuration files sit beside them: `path` (a folder, or a file's
+    folder), else the hub cache snapshot; None when neither is on this machine."""
+    if spec.path:
+        location = Path(spec.path).expanduser()
+        return location if location.is_dir() else location.parent if location.is_file() else None
+    from focus_dagster.models.catalog import hub_snapshot_dir
+
+    return hub_snapshot_dir(spec.source, spec.revision)[0]
+
+
+def config_beside_weights(spec: ModelSpec) -> tuple[Path, dict] | None:
+    """(path, contents) of the config.json in the folder of the weights, None when there is none."""
+    folder = weights_folder(spec)
+    path = folder / "config.json" if folder else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"model {spec.id!r}: {path} is not readable JSON ({exc}); fix or remove it.") from exc
+    return path, config if isinstance(config, dict) else {}
 
 
 def weights_file_in(folder: Path, spec: ModelSpec) -> Path:
@@ -170,6 +202,90 @@ def fit_pos_embed(state_dict: dict, model) -> dict:
     return {**state_dict, "pos_embed": resampled}
 
 
+# ------------------------------------------------------------------------------------------ building timm models
+
+UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '(\w+)'")
+REPEATED_KEYWORD = re.compile(r"multiple values for (?:keyword )?argument '(\w+)'")
+
+
+def require_timm_architecture(spec: ModelSpec, name: str) -> None:
+    """Raise ModelSpecError unless timm knows `name`, listing a few close names."""
+    import difflib
+
+    import timm
+
+    if timm.is_model(name):
+        return
+    known = timm.list_models()
+    close = difflib.get_close_matches(str(name).split(".")[0], known, n=5, cutoff=0.6)
+    hub = ""
+    if "hf-hub" in str(name):
+        hub = " Hub names (hf-hub:...) are never fetched: download the folder and set `path:`."
+    raise ModelSpecError(
+        f"model {spec.id!r}: {name!r} is not a timm architecture (timm {timm.__version__}); close names: "
+        f"{close or 'none'}. Set options.model_name to a name timm.list_models() gives (e.g. "
+        f"timm.list_models('*{str(name).split('_')[0][:8]}*')).{hub}"
+    )
+
+
+def create_timm_model(spec: ModelSpec, arch: str, keywords: dict):
+    """timm.create_model(arch, pretrained=False, **keywords), its refusals turned into ModelSpecError."""
+    import timm
+
+    try:
+        return timm.create_model(arch, pretrained=False, **keywords)
+    except TypeError as exc:
+        refused = refused_keywords(arch, keywords, exc)
+        if not refused:
+            raise ModelSpecError(f"model {spec.id!r}: cannot build timm {arch!r} with {keywords}: {exc}") from exc
+        if refused == ["global_pool"] and "global_pool" not in spec.options:
+            raise pooling_refused(spec, arch, keywords["global_pool"]) from exc
+        raise ModelSpecError(
+            f"model {spec.id!r}: timm {arch!r} does not take option(s) {refused} ({exc}). Remove them from the "
+            f"spec's options, or check the keywords its constructor accepts (timm.create_model({arch!r}, ...))."
+        ) from exc
+    except Exception as exc:  # timm asserts or raises on values it refuses (pool types, sizes)
+        if "global_pool" in keywords and "pool" in str(exc).lower():
+            raise pooling_refused(spec, arch, keywords["global_pool"]) from exc
+        raise ModelSpecError(
+            f"model {spec.id!r}: cannot build timm {arch!r} with {keywords}: {type(exc).__name__}: {exc}. Check the "
+            "options against the architecture's constructor."
+        ) from exc
+
+
+def pooling_refused(spec: ModelSpec, arch: str, pool: str) -> ModelSpecError:
+    """The refusal of a pooling the architecture cannot do (timm's own text stays in the cause)."""
+    return ModelSpecError(
+        f"model {spec.id!r}: timm {arch!r} does not take pooling {spec.pooling!r} (timm global_pool {pool!r}). "
+        "Use `pooling: default` for the architecture's own pooling, or a global_pool value it accepts (CNNs: "
+        "avg, max, avgmax, catavgmax; ViTs also token, map)."
+    )
+
+
+def refused_keywords(arch: str, keywords: Mapping, first: TypeError) -> list[str]:
+    """Every keyword the architecture refuses, found by building it again on the meta device (cheap: no
+    memory, no initialisation) without the ones refused so far; the first refusal is `first`."""
+    import timm
+    import torch
+
+    refused: list[str] = []
+    error: BaseException | None = first
+    while error is not None:
+        match = UNEXPECTED_KEYWORD.search(str(error)) or REPEATED_KEYWORD.search(str(error))
+        if not match or match.group(1) in refused or match.group(1) not in keywords:
+            break
+        refused.append(match.group(1))
+        error = None
+        try:
+            with torch.device("meta"):
+                timm.create_model(arch, pretrained=False, **{k: v for k, v in keywords.items() if k not in refused})
+        except TypeError as exc:
+            error = exc
+        except Exception:  # another kind of refusal: the keywords found so far are the answer
+            break
+    return refused
+
+
 # ------------------------------------------------------------------------------------------------- ViT families
 
 
@@ -201,10 +317,14 @@ def build_vit(spec: ModelSpec, default_arch: str, *, fc_norm: bool, default_img_
     else:
         kwargs.update(global_pool="avg", fc_norm=fc_norm)
     arch = options.get("model_name", default_arch)
+    require_timm_architecture(spec, arch)
     try:
         model = timm.create_model(arch, pretrained=False, num_classes=0, **kwargs)
-    except Exception as exc:  # unknown name or inconsistent options: say which spec
-        raise ModelSpecError(f"model {spec.id!r}: cannot build timm {arch!r} with {kwargs}: {exc}") from exc
+    except Exception as exc:  # inconsistent options, or not a ViT: say which spec
+        raise ModelSpecError(
+            f"model {spec.id!r}: cannot build timm {arch!r} with {kwargs}: {exc}. Family {spec.family!r} builds "
+            "timm VisionTransformers; for another architecture use `family: timm`, which builds any timm model."
+        ) from exc
     return model.eval()
 
 
@@ -231,6 +351,7 @@ def load_vit_checkpoint(
     model = build_vit(spec, default_arch, fc_norm=use_fc_norm, default_img_size=default_img_size)
     state_dict = fit_pos_embed(state_dict, model)
     optional = ("fc_norm.",) if use_fc_norm and not has_fc_norm and spec.pooling == "mean_patch" else ()
+    arch = spec.options.get("model_name", default_arch)
     report = load_audited(
         model,
         state_dict,
@@ -238,6 +359,8 @@ def load_vit_checkpoint(
         checkpoint=str(path),
         weights_sha256=file_sha256(path),
         optional_prefixes=optional,
+        built=f"timm {arch!r}",
+        advice=mismatch_advice(arch, state_dict, VIT_SIZE_OPTIONS),
     )
     return LoadedEncoder(spec=spec, embed=frozen_forward(model), dim=model.num_features, report=report, modules=(model,))
 
@@ -256,13 +379,25 @@ def frozen_forward(model) -> Callable:
 
 def load_timm_vit(spec: ModelSpec) -> LoadedEncoder:
     """A timm ViT checkpoint (a state dict, possibly under `model` / `state_dict`); options.model_name or explicit
-    embed_dim/depth/num_heads/patch_size/img_size describe the architecture (default ViT-B/16 at 224)."""
+    embed_dim/depth/num_heads/patch_size/img_size describe the architecture (default ViT-B/16 at 224).
+    An option this family does not read is refused by name (family `timm` passes any option to timm)."""
+    refuse_unread_options(spec, VIT_ARCH_OPTIONS + PLATFORM_OPTIONS + TIMM_VIT_SETTINGS)
     return load_vit_checkpoint(
         spec,
         default_arch="vit_base_patch16_224",
         keys=("model", "state_dict"),
         prefixes=tuple(spec.options.get("strip_prefixes", ("module.",))),
     )
+
+
+def refuse_unread_options(spec: ModelSpec, read: Iterable[str]) -> None:
+    """Raise ModelSpecError naming every option of the spec its family would not read."""
+    unread = sorted(set(spec.options) - set(read))
+    if unread:
+        raise ModelSpecError(
+            f"model {spec.id!r}: family {spec.family!r} does not read option(s) {unread}; it reads "
+            f"{sorted(read)}. Remove them, or use `family: timm`, which passes every option to timm.create_model."
+        )
 
 
 def load_retfound_mae(spec: ModelSpec) -> LoadedEncoder:
@@ -380,25 +515,30 @@ def load_efficientnet_lite0(spec: ModelSpec) -> LoadedEncoder:
     real photographs, and the weights are unchanged either way. The classifier is kept and loaded (every tensor
     is audited) but the embedding does not use it.
     """
-    import timm
-
     path = packaged_efficientnet_weights() if spec.path is None else resolve_weights_file(spec)
     checkpoint = read_weights(path, spec.id)
     state_dict = select_state_dict(checkpoint, ("state_dict", "model"), spec.id, str(path))
     options = spec.options
-    model = timm.create_model(
-        options.get("model_name", "efficientnet_lite0"),
-        pretrained=False,
-        bn_eps=float(options.get("bn_eps", 1e-3)),
-        pad_type=options.get("pad_type", "same"),
-    ).eval()
+    arch = options.get("model_name", "efficientnet_lite0")
+    require_timm_architecture(spec, arch)
+    keywords = {"bn_eps": float(options.get("bn_eps", 1e-3)), "pad_type": options.get("pad_type", "same")}
+    try:
+        model = create_timm_model(spec, arch, keywords).eval()
+    except ModelSpecError as exc:
+        raise ModelSpecError(
+            f"{exc} Family {spec.family!r} builds EfficientNets with bn_eps and pad_type set; for another "
+            "architecture use `family: timm`."
+        ) from exc.__cause__
+    renamed = efficientnet_to_timm(state_dict, model)
     report = load_audited(
         model,
-        efficientnet_to_timm(state_dict, model),
+        renamed,
         model_id=spec.id,
         checkpoint=str(path),
         weights_sha256=file_sha256(path),
         optional_prefixes=("classifier.",),
+        built=f"timm {arch!r}",
+        advice=mismatch_advice(arch, renamed, ()),
     )
     import torch
 
@@ -467,4 +607,3 @@ def load_tiny_vit(spec: ModelSpec) -> LoadedEncoder:
     encoder = load_vit_checkpoint(resolved, default_arch="vit_tiny_patch16_224", keys=())
     encoder.spec = spec
     return encoder
-

@@ -290,8 +290,10 @@ def main() -> None:
         encoder = load_encoder(spec).to(device)
         batch = default_batch_size(device)
         # The forward image_embeddings runs: eager on a CPU, the repeated blocks compiled on CUDA.
-        forward = compile_encoder(encoder.embed, encoder.modules, spec.preprocess, device, batch_size=batch)
-        row = model_row(forward.forward, items, spec.preprocess, device, batch, decoder) | {"forward": forward.mode}
+        preprocess = encoder.spec.preprocess  # resolved from the model's own configuration
+        forward = compile_encoder(encoder.embed, encoder.modules, preprocess, device, batch_size=batch)
+        row = model_row(forward.forward, items, preprocess, device, batch, decoder) | {"forward": forward.mode,
+                                                                                     "preprocess": preprocess.values()}
         figures["models"][model_id] = row
         targets = ("(pipeline-check model: decode-bound by design, no target)" if spec.is_pipeline_check
                    else "(targets >= 0.9 and >= 1.5)")

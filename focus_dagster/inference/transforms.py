@@ -19,9 +19,11 @@ from functools import lru_cache
 
 import numpy as np
 
+from focus_dagster.models.preprocessing import TIMM_CROP_MODES
 from focus_dagster.models.spec import Preprocess
 
-TIMM_CROP_MODE = {"resize_crop": "center", "squash": "squash", "pad_longest": "border"}
+# The platform's policy -> timm's crop mode: the inverse of what the model layer reads from timm configs.
+TIMM_CROP_MODE = {policy: mode for mode, policy in TIMM_CROP_MODES.items()} | {"pad_longest": "border"}
 
 
 def library_pixels(image, preprocess: Preprocess) -> np.ndarray:

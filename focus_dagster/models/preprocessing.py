@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from focus_dagster.models.selection import CATALOG_SOURCE, GEOMETRY, USER_SOURCE
+from focus_dagster.models.selection import CATALOG_SOURCE, USER_SOURCE
 from focus_dagster.models.spec import ModelSpec, ModelSpecError, Preprocess
 
 TIMM_FAMILIES = ("timm", "timm_vit", "retfound_mae", "retfound_dinov2", "visionfm", "efficientnet_lite0", "tiny_vit")
@@ -53,15 +53,14 @@ def with_own_preprocessing(spec: ModelSpec) -> ModelSpec:
 
 def laid_over(preprocess: Preprocess, layer: Layer) -> Preprocess:
     """`layer` over `preprocess`, for the fields nothing stronger set (the user's; the catalog's, for a layer
-    that does not outrank it). A processor never computes pixels the user gave another geometry."""
+    that does not outrank it). A user's geometry marks `processor` as the user's too (selection.overridden), so
+    no processor computes pixels the user gave another geometry."""
     sources = dict(preprocess.sources)
 
     def free(name: str) -> bool:
         return sources.get(name) != USER_SOURCE and (layer.over_catalog or sources.get(name) != CATALOG_SOURCE)
 
     taken = {name: value for name, value in layer.values.items() if free(name)}
-    if any(sources.get(name) == USER_SOURCE for name in GEOMETRY):
-        taken.pop("processor", None)
     return replace(preprocess, **taken).with_sources(layer.source, taken) if taken else preprocess
 
 

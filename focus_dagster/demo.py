@@ -45,6 +45,16 @@ _TERMINAL: list[int | None] = [None]  # stdout as it was before Dagster captured
 _STOPPING: list[int] = []  # set once the demo is stopping: a further signal exits at once
 
 
+def _import_before_threads() -> None:
+    """Load what both threads import lazily before the worker starts.
+
+    The main thread's pool watch builds SQLAlchemy selects while the worker's run may be importing
+    `sqlalchemy.orm` for the first time; the watch then meets the half-initialised `sqlalchemy.orm.exc` and
+    fails with AttributeError ("partially initialized module"). Imported once here, neither thread imports it.
+    """
+    import sqlalchemy.orm  # noqa: F401
+
+
 def _say(line: str) -> None:
     """One progress line, stamped with the seconds since the demo started."""
     print(f"{time.perf_counter() - _STARTED[0]:5.0f}s  {line}", flush=True)
@@ -130,6 +140,7 @@ class _Runner:
             finally:
                 done.set()
 
+        _import_before_threads()
         self.job_name, self.done, self.started_at = job.name, done, time.time() - 1.0  # create_time's resolution
         self.run_id, self._invocation = (None, run_id) if self.out_of_process else (run_id, None)
         self.worker = threading.Thread(target=work, name=f"focus demo: {job.name}", daemon=True)

@@ -103,7 +103,7 @@ def _dataset_assets(partitions: dg.StaticPartitionsDefinition) -> list:
 def _read_records(context, key: str, datasets: DatasetRoots, storage: FocusStorage) -> Materialised:
     """One dataset read from its published layout into records, quarantine, unlisted images and image notes."""
     release = datasets.fingerprint(key)
-    result = datasets.read(key)
+    result = datasets.read(key, say=context.log.info)
     stamp = lineage.stamp(
         "dataset_records", key, context.run_id, lineage.frame_version(result.records), code_version=code_version(),
         inputs={"release": _release_stamp(datasets, key, release, context.run_id)},

@@ -83,7 +83,9 @@ CROSS_DESCRIPTION = (
 )
 LEADERBOARD_DESCRIPTION = (
     "The leaderboard: the top configurations per model family and task by test AUROC (with interval, ECE and "
-    f"metric ids), over everything in `{layout.METRICS}`. Markdown in the metadata, and `{layout.LEADERBOARD_REPORT}`."
+    f"metric ids), over everything in `{layout.METRICS}`. Markdown in the metadata, and `{layout.LEADERBOARD_REPORT}`. "
+    "Pipeline checks (the built-in seeded toy models, which test the plumbing) are marked † and ranked after the real "
+    "models of each method and task, whatever their AUROC; `pipeline_check_models` lists those shown."
 )
 
 
@@ -108,18 +110,19 @@ def definitions(registered: Registered) -> dg.Definitions:
             description="Embeddings and linear probes of one encoder on one dataset, in one run.",
         ))
     assets += [_predictions_asset(registered.datasets, registered.specs, registered.evaluations()),
-               _metrics_asset(registered.datasets)]
+               _metrics_asset(registered.datasets, pipeline_checks(registered.specs))]
     jobs.append(dg.define_asset_job(
         EVALUATION_JOB, selection=dg.AssetSelection.assets("predictions", "metrics", "group_attributes",
                                                            "fairness_metrics", "quality_metrics"),
         partitions_def=registered.datasets,
         description="The per-sample predictions table and the metric tables of one dataset (performance and "
-        "calibration; fairness and quality once the group attributes pass their coverage check).",
+        "calibration; fairness and quality once the group attributes pass their blocking check, the rows of an "
+        "attribute below its coverage floor kept without a value).",
     ))
     summary = ["cross_dataset_metrics", "leaderboard"] if with_encoders else ["leaderboard"]
     if with_encoders:
         assets.append(_cross_dataset_asset(registered.specs, registered.models(ENCODERS), registered.dataset_keys))
-    assets.append(_leaderboard_asset(with_encoders))
+    assets.append(_leaderboard_asset(with_encoders, pipeline_checks(registered.specs)))
     jobs.append(dg.define_asset_job(SUMMARY_JOB, selection=dg.AssetSelection.assets(*summary),
                                     description="The cross-dataset matrix and the leaderboard over every dataset."))
     return dg.Definitions(assets=assets, jobs=jobs)
@@ -429,7 +432,7 @@ def _unavailable_summary(rows: list[dict]) -> list[dict]:
 # ----------------------------------------------------------------------------------------------- metrics
 
 
-def _metrics_asset(datasets: dg.StaticPartitionsDefinition):
+def _metrics_asset(datasets: dg.StaticPartitionsDefinition, checks: frozenset[str]):
     @dg.asset(
         partitions_def=datasets,
         deps=["predictions", "harmonised_labels"],
@@ -440,12 +443,13 @@ def _metrics_asset(datasets: dg.StaticPartitionsDefinition):
         description=METRICS_DESCRIPTION,
     )
     def metrics(context: dg.AssetExecutionContext, config: MetricsConfig, storage: FocusStorage):
-        yield from each_dataset(context, lambda dataset: _dataset_metrics(context, dataset, config, storage))
+        yield from each_dataset(context, lambda dataset: _dataset_metrics(context, dataset, config, storage, checks))
 
     return metrics
 
 
-def _dataset_metrics(context, dataset: str, config: MetricsConfig, storage: FocusStorage) -> Materialised:
+def _dataset_metrics(context, dataset: str, config: MetricsConfig, storage: FocusStorage,
+                     checks: frozenset[str] = frozenset()) -> Materialised:
     """One dataset's performance and calibration rows, from its predictions and labels of one snapshot."""
     from focus_dagster.evaluation.tables import Settings, metric_rows, with_unavailable
 
@@ -454,13 +458,13 @@ def _dataset_metrics(context, dataset: str, config: MetricsConfig, storage: Focu
         [(layout.SAMPLES, dataset), (layout.UNAVAILABLE, dataset)], "predictions", dataset)
     _same_labels(predictions_stamp, labels_stamp, dataset)
     rows = metric_rows(samples, labels[["image_id"]], {}, Settings(config.n_resamples, config.seed),
-                       axes=("performance", "calibration"))
+                       axes=("performance", "calibration"), say=context.log.info, what=f"metrics {dataset}")
     table = with_unavailable(with_lineage(rows, samples, context.run_id), unavailable, context.run_id)
     table = table.assign(partition=dataset)
     stamp = lineage.stamp("metrics", dataset, context.run_id, lineage.frame_version(table, VALUE_COLUMNS),
                           code_version=code_version(), inputs={"predictions": predictions_stamp})
     storage.replace_partition(layout.METRICS, dataset, table, stamp=stamp)
-    return Materialised({"metrics": metrics_metadata(table, len(unavailable))})
+    return Materialised({"metrics": metrics_metadata(table, len(unavailable), checks)})
 
 
 # What a metric table's version covers: the numbers, not the run that computed them.
@@ -478,14 +482,14 @@ def _same_labels(predictions_stamp: dict | None, labels_stamp: dict | None, data
                          "does so on its own).")
 
 
-def metrics_metadata(table: pd.DataFrame, unavailable: int) -> dict:
+def metrics_metadata(table: pd.DataFrame, unavailable: int, checks: frozenset[str] = frozenset()) -> dict:
     defined = table["value"].notna()
     return {
         "dagster/row_count": len(table),
         "rows_by_axis": dg.MetadataValue.json(table["axis"].value_counts().to_dict()),
         "undefined_rows": int((~defined).sum()),
         "unavailable_configurations": unavailable,
-        "leaderboard": dg.MetadataValue.md(leaderboard_markdown(table)),
+        "leaderboard": dg.MetadataValue.md(leaderboard_markdown(table, pipeline_checks=checks)),
     }
 
 
@@ -530,7 +534,8 @@ def _cross_dataset_asset(specs: dict, encoders: list[str], registered: list[str]
         unavailable = unavailable_frame(gaps, predictions_version=version, run_id=context.run_id,
                                         partition=layout.CROSS_PARTITION)
         rows = metric_rows(samples, pd.DataFrame({"image_id": samples["image_id"].unique()}), {},
-                           Settings(config.n_resamples, config.seed))
+                           Settings(config.n_resamples, config.seed), say=context.log.info,
+                           what="cross-dataset metrics")
         table = with_unavailable(with_lineage(rows, samples, context.run_id), unavailable, context.run_id)
         table = table.assign(partition=layout.CROSS_PARTITION)
         stamp = lineage.stamp("cross_dataset_metrics", layout.CROSS_PARTITION, context.run_id, version,
@@ -632,7 +637,15 @@ def _no_scores() -> pd.DataFrame:
 # ------------------------------------------------------------------------------------------- leaderboard
 
 
-def _leaderboard_asset(with_cross: bool):
+def pipeline_checks(specs: dict) -> frozenset[str]:
+    """The models whose numbers test the plumbing only (`domain: pipeline-check`): the selected ones and the
+    catalog's, since a metric row can outlive its model's place in focus.yaml."""
+    from focus_dagster.models.catalog import CATALOG
+
+    return frozenset(model for model, spec in {**CATALOG, **specs}.items() if spec.is_pipeline_check)
+
+
+def _leaderboard_asset(with_cross: bool, checks: frozenset[str]):
     deps = ["metrics"] + (["cross_dataset_metrics"] if with_cross else [])
 
     @dg.asset(
@@ -644,9 +657,11 @@ def _leaderboard_asset(with_cross: bool):
     )
     def leaderboard(context: dg.AssetExecutionContext, storage: FocusStorage) -> dg.MaterializeResult:
         table = storage.read_table(layout.METRICS)
-        text = leaderboard_markdown(table, top=5)
+        text = leaderboard_markdown(table, top=5, pipeline_checks=checks)
         path, _ = storage.write_artifact(layout.LEADERBOARD_REPORT, lambda partial: partial.write_text(text + "\n"))
+        shown = sorted(checks & set(table["model"].dropna()))
         return dg.MaterializeResult(metadata={"leaderboard": dg.MetadataValue.md(text),
-                                              "path": dg.MetadataValue.path(str(path)), "metric_rows": len(table)})
+                                              "path": dg.MetadataValue.path(str(path)), "metric_rows": len(table),
+                                              "pipeline_check_models": dg.MetadataValue.json(shown)})
 
     return leaderboard

@@ -218,6 +218,7 @@ def score_yes_no(context, output: YesNoOutput, mllm, datasets: DatasetRoots, sto
         fingerprint=run_fingerprint({**_fingerprint_parts(mllm, asked.loc[asked["task"].isin(tasks)], answer_tokens),
                                      **(fingerprint or {})}),
         device=device, progress=context.log.info, pass_ids=True,
+        what=f"yes/no scores {output.key}@{output.dataset} ({len(tasks)} questions per image)",
     )
     frame = probabilities_frame(run.image_ids, run.outputs, tasks, asked, mllm.processor.tokenizer)
     stamp = model_output_stamp(output.asset, output.key, output.dataset, context.run_id, frame, mllm, **inputs,

@@ -101,7 +101,7 @@ def _embeddings_asset(partitions: dg.MultiPartitionsDefinition, op_tags: dict[st
             forward.forward, items, encoder.spec.preprocess,
             work_dir=storage.artifact_path(layout.EMBEDDINGS.shards(model_id, dataset)),
             fingerprint=run_fingerprint(_fingerprint_parts(encoder, forward)),
-            device=device, progress=context.log.info,
+            device=device, progress=context.log.info, what=f"embeddings {model_id}@{dataset}",
             pixel_cache=storage.artifact_path(layout.pixels_dir(dataset)),
             known_hashes=labelled_hashes(items, labels, storage.artifact_path(layout.labels_file(dataset))),
         )

@@ -33,6 +33,7 @@ class Registered:
     questions: QuestionBook
     lora: LoraPlan = LoraPlan()
     kubernetes: KubernetesSettings = KubernetesSettings()  # the pods of GPU and CPU steps (assets/kubernetes.py)
+    compare: tuple[tuple[str, str], ...] = ()  # the model pairs of model_comparisons (`compare:` of focus.yaml)
 
     @classmethod
     def from_config(cls, config: FocusConfig) -> Registered:
@@ -42,6 +43,7 @@ class Registered:
             questions=question_book(config.questions, str(config.source or "focus.yaml")),
             lora=config.lora,
             kubernetes=config.kubernetes,
+            compare=config.compare,
         )
 
     @property

@@ -21,7 +21,8 @@ ARENA_DESCRIPTION = (
     "1 - ECE, fairness and image-quality robustness; method means per family and task with intervals; general vs "
     "ophthalmic vision encoders; the task cliff; multimodal LLMs' AUROC vs ECE by size and medical vs general; the "
     "cross-dataset transfer matrix; reliability diagrams; LoRA deltas in-domain vs out-of-domain; coverage, with "
-    "every empty cell's reason. Every number carries its metric_id (`focus trace ID`); means list the ids they "
+    "every empty cell's reason and every attribute below its coverage floor, with its figure. Every number "
+    "carries its metric_id (`focus trace ID`); means list the ids they "
     "average in their CSV. `manifest.json` names the lineage stamp of every table partition read. "
     "From a terminal: `focus report [--open]`."
 )
@@ -34,6 +35,8 @@ def definitions(registered: Registered) -> dg.Definitions:
         deps.append("cross_dataset_metrics")
     if registered.adapters():
         deps.append("lora_effects")
+    if registered.compare:
+        deps.append("model_comparisons")
     job = dg.define_asset_job(REPORT_JOB, selection=dg.AssetSelection.assets("arena_report"),
                               description="Build the arena report from the metric tables as they are now.")
     return dg.Definitions(assets=[_report_asset(deps, registered)], jobs=[job])
@@ -51,7 +54,7 @@ def _report_asset(deps: list[str], registered: Registered):
         from focus_dagster.report.build import build_report, headline_markdown, write_report
 
         inputs = report_inputs(storage, registered)
-        report = build_report(inputs)
+        report = build_report(inputs, say=context.log.info)
         folder = write_report(report, storage.artifact_path(layout.ARENA_REPORT),
                               {"run_id": context.run_id, "code_version": code_version()})
         page = folder / "index.html"
@@ -79,8 +82,8 @@ def report_inputs(storage: FocusStorage, registered: Registered):
     from focus_dagster.report.arena import ModelInfo, size_from_source
     from focus_dagster.report.build import ReportInputs
 
-    (metrics, unavailable, effects), current = storage.read_tables_with_lineage(
-        [layout.METRICS, layout.UNAVAILABLE, layout.LORA_EFFECTS])
+    (metrics, unavailable, effects, comparisons), current = storage.read_tables_with_lineage(
+        [layout.METRICS, layout.UNAVAILABLE, layout.LORA_EFFECTS, layout.COMPARISONS])
     if metrics is None:
         raise dg.Failure(f"no metric table yet ({layout.METRICS}): materialise `metrics` for at least one dataset "
                          "first (the demo does, or select it in the UI).")
@@ -94,12 +97,27 @@ def report_inputs(storage: FocusStorage, registered: Registered):
 
     header = [f"code {code_version()} · metric rows {len(metrics)} · tables {storage.tables_url} · "
               f"lineage stamps read: {len(sources)} (manifest.json)"]
+    notes = {dataset: _attribute_notes(storage.current_stamp("group_attributes", dataset))
+             for dataset in registered.dataset_keys}
+    declared = set(registered.compare)
+    if comparisons is not None:  # pairs no longer declared stay in the table until it is rewritten: not shown
+        comparisons = comparisons[[pair in declared for pair in zip(comparisons["model_a"], comparisons["model_b"])]]
     return ReportInputs(metrics, unavailable if unavailable is not None else pd.DataFrame(), effects, models,
-                        list(registered.dataset_keys), read_samples, sources, header)
+                        list(registered.dataset_keys), read_samples, sources, header, comparisons, notes)
 
 
-# The assets whose table partitions the report reads (their lineage stamps go into its manifest).
-READ_ASSETS = ("metrics", "fairness_metrics", "quality_metrics", "cross_dataset_metrics", "lora_effects", "predictions")
+def _attribute_notes(stamp: dict | None) -> dict[str, list[str]]:
+    """Per axis, what the coverage checks recorded with a dataset's group_attributes say of its rows."""
+    from focus_dagster import lineage
+    from focus_dagster.labels.coverage import axis_notes
+
+    return axis_notes(lineage.fact(stamp, "facts", "withheld"), lineage.fact(stamp, "facts", "fault"))
+
+
+# The assets whose table partitions the report reads (their lineage stamps go into its manifest); of
+# group_attributes, the coverage verdicts its stamps record (the coverage section names withheld attributes).
+READ_ASSETS = ("metrics", "fairness_metrics", "quality_metrics", "cross_dataset_metrics", "lora_effects", "predictions",
+               "model_comparisons", "group_attributes")
 
 
 def _sources(current: dict[str, str]) -> dict[str, str]:

@@ -35,7 +35,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(title="commands")
 
-    demo = sub.add_parser("demo", help="materialise the pipeline on the configured (default: synthetic) datasets")
+    demo = sub.add_parser("demo", help="materialise the pipeline on the configured (default: synthetic) datasets",
+                          description="Materialise the whole graph on focus.yaml's datasets and models (or the "
+                          "synthetic default), printing each step's progress as it runs and a summary per stage.")
+    demo.add_argument("--datasets", nargs="+", metavar="KEY", help="only these of the configured datasets")
+    demo.add_argument("--models", nargs="+", metavar="ID", help="only these of the configured models")
+    demo.add_argument("--no-lora", dest="lora", action="store_false",
+                      help="skip the LoRA stage (training an adapter, scoring it, comparing it with its base)")
+    demo.add_argument("--per-dataset", type=_positive, metavar="N",
+                      help="images per synthetic look-alike (default: synthetic.per_dataset of focus.yaml, 80); a "
+                           "look-alike of another size is written anew. Only synthetic datasets: a dataset with a "
+                           "root of its own is read whole")
     demo.set_defaults(run=cmd_demo)
 
     synth = sub.add_parser("synth", help="write synthetic look-alikes of the datasets in their published layouts")
@@ -83,6 +93,21 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--runs", action="store_true", help="add each run's job and status from the Dagster instance")
     trace.set_defaults(run=cmd_trace)
 
+    compare = sub.add_parser("compare", help="model A against model B on the same test images: paired bootstrap "
+                             "deltas A - B of every axis with 95%% intervals, p- and q-values")
+    compare.add_argument("model_a", metavar="A", help="a selected model id")
+    compare.add_argument("model_b", metavar="B", help="another selected model id")
+    compare.add_argument("--dataset", nargs="+", metavar="KEY", help="only these datasets (default: every one with "
+                         "predictions of both)")
+    compare.add_argument("--task", nargs="+", metavar="TASK", help="only these tasks")
+    compare.add_argument("--method", nargs="+", metavar="METHOD", help="only these methods (linear_probe, "
+                         "zero_shot, yes_no, yes_no_lora)")
+    compare.add_argument("--out", type=Path, help="also write every row to this .csv or .parquet file")
+    compare.add_argument("--json", action="store_true", help="print the rows as JSON records")
+    compare.set_defaults(run=cmd_compare)
+
+    add_export_parser(sub)
+
     report = sub.add_parser("report", help="the arena report: build it from the tables as they are now (unless it is "
                             "up to date) and print where it is")
     report.add_argument("--open", action="store_true", help="open it in the default web browser")
@@ -108,6 +133,37 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--port", type=int, default=UI_PORT)
     ui.set_defaults(run=cmd_ui)
     return parser
+
+
+def add_export_parser(sub) -> None:
+    from focus_dagster.export import ALL, FORMATS, RESULTS, TABLES, WHOLE_SET_GROUP
+
+    export = sub.add_parser(
+        "export", help="write the result tables as CSV or Parquet files with a manifest.json of their lineage",
+        description="Write the current tables, every column kept (intervals, reasons, metric ids, lineage), one "
+                    f"file per table, then manifest.json: the lineage stamps of what was read, the code version, the "
+                    f"time, the filters, each file's row count and sha256. In the files {WHOLE_SET_GROUP}. Reads "
+                    "the table store only (no Dagster); a metric_id of an exported row is what `focus trace` takes.")
+    export.add_argument("--out", required=True, type=Path,
+                        help="folder to export into: new or empty, unless --force")
+    export.add_argument("--format", choices=FORMATS, default=FORMATS[0], help="file format (default: %(default)s)")
+    export.add_argument("--tables", nargs="+", metavar="NAME",
+                        help="tables, comma- or space-separated: " + ", ".join(f"{name} ({table})" for name, table
+                                                                               in TABLES.items())
+                        + f", or {ALL}. Default: {','.join(RESULTS)}, the results a paper reports (every metric row: "
+                          "performance, calibration, fairness, quality, cross-dataset; the per-image predictions; "
+                          "the configurations without predictions and why; the LoRA effects), those written so far")
+    export.add_argument("--datasets", nargs="+", metavar="KEY",
+                        help="only rows whose dataset is one of these (a cross-dataset row's dataset is the one it "
+                             "was evaluated on, whatever its train_dataset); a table without a dataset column is "
+                             "exported whole")
+    export.add_argument("--models", nargs="+", metavar="ID",
+                        help="only rows whose model is one of these; a table without a model column (labels, "
+                             "attributes, ...) is exported whole")
+    export.add_argument("--force", action="store_true",
+                        help="export into a folder that is not empty: replace the files of an earlier export there "
+                             "(those its manifest names and this export does not write are removed)")
+    export.set_defaults(run=cmd_export)
 
 
 # ------------------------------------------------------------------------------------------------ commands
@@ -280,10 +336,23 @@ def cmd_config(args) -> int:
     return 0
 
 
-def cmd_demo(args) -> int:
-    from focus_dagster.demo import run_demo
+def _positive(text: str) -> int:
+    """A count of at least 1, or argparse's usage error naming the value."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
 
-    return run_demo()
+
+def cmd_demo(args) -> int:
+    from focus_dagster.demo import DemoOptions, run_demo
+
+    return run_demo(DemoOptions(datasets=args.datasets and tuple(args.datasets),
+                                models=args.models and tuple(args.models), lora=args.lora,
+                                per_dataset=args.per_dataset))
 
 
 def cmd_report(args) -> int:
@@ -372,6 +441,36 @@ def cmd_trace(args) -> int:
     config = load_config()
     result = trace(args.metric_id, config, prepare_dagster_home(config) if args.runs else None, runs=args.runs)
     print(json.dumps(result, indent=2, default=str) if args.json else format_trace(result))
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from assets.comparisons import comparison_inputs
+    from assets.evaluation import MetricsConfig
+    from focus_dagster.config import load_config
+    from focus_dagster.definitions import build_definitions
+    from focus_dagster.evaluation.comparisons import comparison_rows, format_comparison, selected
+
+    config = load_config()
+    storage = build_definitions(config).resources["storage"]
+    inputs = comparison_inputs(storage, list(config.dataset_keys))
+    samples = selected(inputs.samples, datasets=args.dataset, tasks=args.task, methods=args.method)
+    settings = MetricsConfig()  # the resamples and seed model_comparisons uses by default: the same rows
+    table = comparison_rows(samples, args.model_a, args.model_b, attributes=inputs.attributes, usable=inputs.usable,
+                            reasons=inputs.reasons, n_resamples=settings.n_resamples, seed=settings.seed)
+    if args.out:
+        write_frame(table, args.out)
+    print(table.to_json(orient="records", indent=2) if args.json else format_comparison(table))
+    return 0
+
+
+def cmd_export(args) -> int:
+    from focus_dagster.config import load_config
+    from focus_dagster.export import export_tables, format_summary
+
+    manifest = export_tables(load_config(), args.out, format=args.format, tables=args.tables,
+                             datasets=args.datasets, models=args.models, force=args.force)
+    print(format_summary(manifest, args.out))
     return 0
 
 

@@ -84,6 +84,7 @@ class FocusConfig:
     models: tuple | None = None  # model entries of focus.yaml (ids or mappings); None = the default models
     questions: Mapping | None = None  # yes/no questions replacing the registry's (see focus_dagster/questions.py)
     lora: LoraPlan = field(default_factory=LoraPlan)  # which LoRA adapters, trained how
+    compare: tuple[tuple[str, str], ...] = ()  # pairs of model ids (A, B) for model_comparisons, deltas A - B
     kubernetes: KubernetesSettings = field(default_factory=lambda: KubernetesSettings())  # step pods (executor k8s)
     source: Path | None = None  # the focus.yaml it came from, if any
     # Datasets of the user's own (key -> declaration, root absolute; focus_dagster/datasets/declaration.py).
@@ -154,6 +155,8 @@ class FocusConfig:
             document["questions"] = dict(self.questions)
         if self.lora != LoraPlan():
             document["lora"] = self.lora.to_document()
+        if self.compare:
+            document["compare"] = [list(pair) for pair in self.compare]
         if self.kubernetes != KubernetesSettings():
             document["kubernetes"] = self.kubernetes.to_document()
         if self.tables_url is not None:
@@ -201,11 +204,24 @@ def parse_config(raw: Any, home: Path, source: Path | None = None) -> FocusConfi
         models=_models(raw.get("models")),
         questions=_questions(raw.get("questions"), where),
         lora=lora_plan(raw.get("lora"), where, list(roots)),
+        compare=_pairs(document.compare, where),
         kubernetes=_kubernetes(document.kubernetes),
         source=source,
         declared=declared,
         tables_url=_tables_url(document.tables, base),
     )
+
+
+def _pairs(pairs: list | None, where: str) -> tuple[tuple[str, str], ...]:
+    """`compare:` as (A, B) pairs; a model compared with itself, or a pair given twice, is refused."""
+    found: list[tuple[str, str]] = []
+    for index, (a, b) in enumerate(pairs or ()):
+        if a == b:
+            raise ConfigError(f"{where}: compare[{index}] compares {a!r} with itself; name two different models.")
+        if (a, b) in found:
+            raise ConfigError(f"{where}: compare[{index}] [{a}, {b}] is given twice.")
+        found.append((a, b))
+    return tuple(found)
 
 
 def _synthetic(section: SyntheticSection) -> SyntheticSettings:

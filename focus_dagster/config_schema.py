@@ -384,6 +384,9 @@ class FocusFile(Section):
         None, description="the models to run: catalog ids or mappings (default: the pipeline-check models)")
     questions: QuestionsSection | None = Field(None, description="yes/no questions for multimodal LLMs")
     lora: LoraSection | None = Field(None, description="LoRA adapters of the multimodal LLMs")
+    compare: list[Annotated[list[Name], Field(min_length=2, max_length=2)]] | None = Field(
+        None, description="pairs of selected model ids [A, B] that model_comparisons compares on the same test "
+                          "images (deltas A - B)")
     kubernetes: KubernetesSection | None = Field(None, description="step pods under executor k8s")
     tables: TablesLocation | None = Field(None, description="where the tables live: a folder or an fsspec URL "
                                                             "such as s3://bucket/focus/tables (default: "

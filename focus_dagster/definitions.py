@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import automation, datasets, evaluation, groups, labels, lora, mllm, models, report
+from assets import automation, comparisons, datasets, evaluation, groups, labels, lora, mllm, models, report
 from assets.kubernetes import k8s_executor
 from assets.partitions import Registered
 from focus_dagster.config import FocusConfig, load_config
@@ -34,6 +34,7 @@ def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
         lora.definitions(registered),
         evaluation.definitions(registered),
         groups.definitions(registered.datasets),
+        comparisons.definitions(registered),
         report.definitions(registered),
         automation.definitions(config.refresh_seconds),
         dg.Definitions(resources=focus_resources(config), executor=_executor(config)),

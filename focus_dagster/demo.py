@@ -9,10 +9,20 @@ demo used to ignore both while it waited. Now a signal stops the demo at once (t
 CANCELED and its pool slots freed), and a step that waits for a pool says at INFO who holds it, and stops the
 demo, naming the holder and what to do, once it has waited a minute for a holder whose process is gone or
 FOCUS_POOL_WAIT_SECONDS for one still at work.
+
+While a job runs, the main thread also reads the run's event log for the progress lines its steps log
+(focus_dagster/progress.py) and prints them as they come: one line rewritten in place on a terminal, a line each
+otherwise. Reading the instance rather than a logging handler of this process finds the lines of steps that run in
+processes of their own (`executor: multiprocess`) too. The end of the demo says how long each stage took.
+
+`focus demo --datasets ... --models ... --no-lora --per-dataset N` narrows focus.yaml's configuration for one
+demo (`DemoOptions`); the step processes of the multiprocess executor rebuild the job from the same narrowed one.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import signal
 import sys
@@ -20,13 +30,17 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass, replace
 
-from focus_dagster.config import load_config
+from focus_dagster.config import FocusConfig, load_config
+from focus_dagster.errors import ConfigError
 from focus_dagster.instance import UI_HOST, UI_PORT, prepare_dagster_home
 from focus_dagster.models.selection import resolve_models
+from focus_dagster.progress import is_progress, without_mark
 from resources import layout
 
-# The run logs stay complete in the instance (and the UI); the terminal gets one line per dataset.
+# The run logs stay complete in the instance (and the UI); the terminal gets the steps' progress lines (read back
+# from the instance) and a summary line per dataset and model.
 QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 _STARTED = [time.perf_counter()]
 # How long a step waits for a pool before the demo stops and says who holds it (FOCUS_POOL_WAIT_SECONDS). A
@@ -55,18 +69,62 @@ def _import_before_threads() -> None:
     import sqlalchemy.orm  # noqa: F401
 
 
+def _stamp() -> str:
+    return f"{time.perf_counter() - _STARTED[0]:5.0f}s"
+
+
 def _say(line: str) -> None:
-    """One progress line, stamped with the seconds since the demo started."""
-    print(f"{time.perf_counter() - _STARTED[0]:5.0f}s  {line}", flush=True)
+    """One summary line, stamped with the seconds since the demo started."""
+    _LIVE.clear()
+    print(f"{_stamp()}  {line}", flush=True)
 
 
 def _tell(line: str) -> None:
     """A line for the terminal while a run may be capturing stdout (it goes to the terminal, not the run's log)."""
+    _LIVE.clear()
+    _write(line + "\n")
+
+
+def _write(text: str) -> None:
     if _TERMINAL[0] is None:
-        print(line, flush=True)
+        sys.stdout.write(text)
+        sys.stdout.flush()
         return
     sys.stdout.flush()
-    os.write(_TERMINAL[0], (line + "\n").encode())
+    os.write(_TERMINAL[0], text.encode())
+
+
+def _interactive() -> bool:
+    """Whether the demo prints to a terminal (then progress rewrites one line in place)."""
+    try:
+        return os.isatty(_TERMINAL[0]) if _TERMINAL[0] is not None else sys.stdout.isatty()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+class _LiveLine:
+    """The steps' progress lines: on a terminal one line, rewritten in place (cut to the terminal's width, so that a
+    carriage return goes back to its start) and cleared before the next summary line; elsewhere a line each."""
+
+    def __init__(self):
+        self.shown = False
+
+    def show(self, line: str) -> None:
+        if not _interactive():
+            _write(line + "\n")
+            return
+        import shutil
+
+        _write("\r\x1b[K" + line[: max(20, shutil.get_terminal_size().columns - 1)])
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.shown = False
+            _write("\r\x1b[K")
+
+
+_LIVE = _LiveLine()
 
 
 class Stop(BaseException):
@@ -114,10 +172,13 @@ class _Runner:
     `executor: k8s` the demo still executes here, in process: a step pod needs a cluster, which the demo does not
     assume."""
 
-    def __init__(self, instance, dagster_home, executor: str = "in_process"):
+    def __init__(self, instance, dagster_home, executor: str = "in_process", options: DemoOptions | None = None):
         from focus_dagster.recovery import HOST_TAG, this_host
 
         self.instance, self.dagster_home = instance, dagster_home
+        self.options = options or DemoOptions()
+        self.stages: dict[str, list[float]] = {}  # job name -> [seconds, runs], in the order the jobs first ran
+        self._cursor: str | None = None  # how far the running job's event log has been read for progress lines
         self.out_of_process = executor == "multiprocess"
         self.tags = {HOST_TAG: this_host()}  # run monitoring judges a run's pid on its own host only
         self.run_id: str | None = None
@@ -143,6 +204,7 @@ class _Runner:
         _import_before_threads()
         self.job_name, self.done, self.started_at = job.name, done, time.time() - 1.0  # create_time's resolution
         self.run_id, self._invocation = (None, run_id) if self.out_of_process else (run_id, None)
+        self._cursor, begun = None, time.perf_counter()
         self.worker = threading.Thread(target=work, name=f"focus demo: {job.name}", daemon=True)
         self.worker.start()
         watched = time.monotonic()
@@ -151,8 +213,12 @@ class _Runner:
         while not done.wait(WAKE_SECONDS):
             if time.monotonic() - watched >= WATCH_SECONDS:
                 self._watch_pools()
+                self._watch_progress()
                 watched = time.monotonic()
         self.worker.join()
+        self._watch_progress()  # what the run logged since the last look
+        stage = self.stages.setdefault(job.name, [0.0, 0])
+        stage[0], stage[1] = stage[0] + time.perf_counter() - begun, stage[1] + 1
         self.run_id = self.job_name = self.worker = self._invocation = self.started_at = None
         if "error" in outcome:
             raise outcome["error"]
@@ -171,7 +237,8 @@ class _Runner:
         tags = {**self.tags, DEMO_RUN_TAG: run_id}
         if partition_key is not None:
             tags.update(job.get_tags_for_partition_key(partition_key, selected_asset_keys=None))
-        rebuilt = dg.build_reconstructable_job("focus_dagster.demo", "job_for_step_processes", (job.name,),
+        rebuilt = dg.build_reconstructable_job("focus_dagster.demo", "job_for_step_processes",
+                                               (job.name, self.options.to_json()),
                                                reconstructor_working_directory=str(REPO_ROOT))
         with _stderr_to(self.dagster_home / STEP_CONSOLE_LOG):
             return dg.execute_job(rebuilt, instance=self.instance, run_config=QUIET, tags=tags, raise_on_error=False)
@@ -185,6 +252,24 @@ class _Runner:
             records = self.instance.get_run_records(dg.RunsFilter(tags={DEMO_RUN_TAG: self._invocation}), limit=1)
             self.run_id = records[0].dagster_run.run_id if records else None
         return self.run_id
+
+    def _watch_progress(self) -> None:
+        """Print the progress lines the running job's steps logged since the last look, read from the run's event
+        log (so a step in a process of its own is heard as well as one in this process)."""
+        from sqlalchemy.exc import OperationalError
+
+        run_id = self.current_run_id()
+        if run_id is None:
+            return
+        try:
+            connection = self.instance.get_records_for_run(run_id, cursor=self._cursor)
+        except OperationalError:  # the storage is busy (SQLite locked by the run's writes): next look
+            return
+        self._cursor = connection.cursor or self._cursor
+        for record in connection.records:
+            entry = record.event_log_entry
+            if entry.dagster_event is None and entry.level == logging.INFO and is_progress(entry.user_message):
+                _LIVE.show(f"{_stamp()}    {without_mark(entry.user_message)}")
 
     def _watch_pools(self) -> None:
         from focus_dagster.pools import held_line, holders, report_wait, waits_of
@@ -277,15 +362,66 @@ def _stderr_to(path):
         os.close(saved)
 
 
-def job_for_step_processes(job_name: str):
+def job_for_step_processes(job_name: str, options: str = "{}"):
     """The demo's job rebuilt from focus.yaml in a step process of the multiprocess executor (the environment, and
-    so FOCUS_HOME and FOCUS_CONFIG, is the demo's)."""
+    so FOCUS_HOME and FOCUS_CONFIG, is the demo's), narrowed by the demo's options (`DemoOptions.to_json`)."""
     from focus_dagster.definitions import build_definitions
 
-    return build_definitions(load_config()).resolve_job_def(job_name)
+    return build_definitions(demo_config(load_config(), DemoOptions.from_json(options))).resolve_job_def(job_name)
 
 
-def run_demo() -> int:
+@dataclass(frozen=True)
+class DemoOptions:
+    """What one `focus demo` runs, narrower than focus.yaml: some of its datasets and models (None: all), the LoRA
+    stage or not, and the size of the synthetic look-alikes (None: `synthetic.per_dataset`)."""
+
+    datasets: tuple[str, ...] | None = None
+    models: tuple[str, ...] | None = None
+    lora: bool = True
+    per_dataset: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> DemoOptions:
+        values = json.loads(text)
+        return cls(**{key: tuple(value) if isinstance(value, list) else value for key, value in values.items()})
+
+
+def demo_config(config: FocusConfig, options: DemoOptions) -> FocusConfig:
+    """focus.yaml's configuration narrowed to the demo's options. A dataset or model it does not configure is an
+    error listing those it does."""
+    if options.datasets is not None:
+        _all_configured("dataset", options.datasets, config.dataset_keys, config)
+        config = replace(config, roots={k: root for k, root in config.roots.items() if k in options.datasets},
+                         declared={k: d for k, d in config.declared.items() if k in options.datasets})
+    if options.models is not None:
+        from focus_dagster.models.catalog import DEFAULT_MODELS
+
+        _all_configured("model", options.models, list(resolve_models(config.models, config.model_cache)), config)
+        entries = config.models if config.models is not None else DEFAULT_MODELS
+        kept = tuple(e for e in entries if (e if isinstance(e, str) else e["id"]) in options.models)
+        # A pair of `compare:` is compared only while both its models run.
+        compared = tuple(pair for pair in config.compare if set(pair) <= set(options.models))
+        config = replace(config, models=kept, compare=compared)
+    if options.per_dataset is not None:
+        if options.per_dataset < 1:
+            raise ConfigError(f"focus demo --per-dataset {options.per_dataset}: give at least 1 image per dataset.")
+        config = replace(config, synthetic=replace(config.synthetic, per_dataset=options.per_dataset))
+    return config
+
+
+def _all_configured(what: str, names, configured: list[str], config: FocusConfig) -> None:
+    unknown = [name for name in names if name not in configured]
+    if unknown:
+        where = config.source or "the default configuration (no FOCUS_CONFIG)"
+        raise ConfigError(f"focus demo --{what}s: {', '.join(map(repr, unknown))} not configured in {where}; "
+                          f"configured {what}s: {', '.join(configured)}.")
+
+
+def run_demo(options: DemoOptions | None = None) -> int:
+    """`focus demo`: the whole graph on focus.yaml's configuration, narrowed by `options`; the exit code."""
     try:
         _TERMINAL[0] = os.dup(sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):  # stdout is not a file (captured in-process)
@@ -296,7 +432,7 @@ def run_demo() -> int:
     try:
         with _stopping_on_signals():
             try:
-                return _demo()
+                return _demo(options or DemoOptions())
             except Stop as stop:  # before the first run or after the last
                 _tell(f"focus demo: {stop.reason}, outside any run")
                 return stop.code
@@ -310,7 +446,7 @@ def run_demo() -> int:
             os.environ["DAGSTER_HOME"] = dagster_home
 
 
-def _demo() -> int:
+def _demo(options: DemoOptions) -> int:
     import dagster as dg
 
     from assets.datasets import OBSERVE_JOB
@@ -320,7 +456,7 @@ def _demo() -> int:
     from assets.models import ZERO_SHOT_JOB
     from focus_dagster.definitions import build_definitions
 
-    config = load_config()
+    config = demo_config(load_config(), options)
     dagster_home = prepare_dagster_home(config)
     started, wall_started = time.perf_counter(), time.time()
     _STARTED[0] = started
@@ -330,7 +466,7 @@ def _demo() -> int:
     defs = build_definitions(config)
     os.environ["DAGSTER_HOME"] = str(dagster_home)
     with dg.DagsterInstance.get() as instance:
-        runner = _Runner(instance, dagster_home, config.executor)
+        runner = _Runner(instance, dagster_home, config.executor, options)
         try:
             observed = runner.execute(defs.resolve_job_def(OBSERVE_JOB))
             if not observed.success:
@@ -350,17 +486,18 @@ def _demo() -> int:
             for job_name, what in model_jobs:
                 if job_name in job_names:
                     failures += _run_model_job(defs.resolve_job_def(job_name), what, config.dataset_keys, runner, specs)
-            failures += _run_lora(defs, job_names, runner, specs)
+            failures += _run_lora(defs, job_names, runner, specs) if options.lora else _no_lora()
             failures += _run_evaluation(defs, config.dataset_keys, runner)
             summary = runner.execute(defs.resolve_job_def(SUMMARY_JOB))
             failures += [] if summary.success else [f"{SUMMARY_JOB}: {_failure_message(summary)}"]
             _say("cross-dataset matrix and leaderboard")
-            failures += _run_lora_effects(defs, job_names, runner)
+            failures += _run_lora_effects(defs, job_names, runner) if options.lora else []
             failures += _run_report(defs, runner)
         except Stop as stop:
             return runner.stop(stop)
         overhead = dagster_overhead(instance, since=wall_started)
     _print_leaderboard(defs)
+    print(_stages_line(runner.stages))
     wall = time.perf_counter() - started
     print(f"  Dagster overhead: runs took {overhead['run_seconds']:.1f}s, their steps computed for "
           f"{overhead['step_seconds']:.1f}s: {overhead['overhead']:.0%} orchestration inside runs (target <= 30%); "
@@ -387,6 +524,8 @@ def _run_evaluation(defs, datasets: list[str], runner: _Runner) -> list[str]:
     job, failures, rows = defs.resolve_job_def(EVALUATION_JOB), [], 0
     for dataset in datasets:
         result = runner.execute(job, partition_key=dataset)
+        for check, description in _failed_checks(result, blocked=False):  # a warning: the numbers flowed
+            _say(f"{dataset:<11} warn {check}: {description}")
         if not result.success:
             failures.append(f"evaluation/{dataset}: {_failure_message(result)}")
             continue
@@ -422,6 +561,34 @@ def _run_lora(defs, job_names: set, runner: _Runner, specs: dict) -> list[str]:
         tally.add(runner.execute(scoring, partition_key=evaluation.key), evaluation.dataset)
     _say(tally.line() + f" (in-domain: {key.dataset}, the rest out-of-domain)")
     return tally.failures()
+
+
+def _no_lora() -> list[str]:
+    _say(f"{'lora adapter':<17} skipped (--no-lora): the adapters are in the UI, ready to materialise")
+    return []
+
+
+def _stages_line(stages: dict[str, list[float]]) -> str:
+    """How long each stage (the runs of one job) took, in the order they ran."""
+    names = _stage_names()
+    parts = [f"{names.get(job, job)} {seconds:.0f}s" + (f" ({runs} runs)" if runs > 1 else "")
+             for job, (seconds, runs) in stages.items()]
+    return "  time per stage: " + ", ".join(parts)
+
+
+def _stage_names() -> dict[str, str]:
+    from assets.datasets import OBSERVE_JOB
+    from assets.evaluation import ENCODER_JOB, EVALUATION_JOB, SUMMARY_JOB
+    from assets.labels import DATA_LAYER_JOB
+    from assets.lora import ADAPTED_SCORES_JOB, LORA_ADAPTERS_JOB, LORA_EFFECTS_JOB
+    from assets.mllm import TOKEN_PROBABILITIES_JOB
+    from assets.models import ZERO_SHOT_JOB
+    from assets.report import REPORT_JOB
+
+    return {OBSERVE_JOB: "releases", DATA_LAYER_JOB: "data layer", ENCODER_JOB: "embeddings+probes",
+            ZERO_SHOT_JOB: "zero-shot", TOKEN_PROBABILITIES_JOB: "yes/no scores", LORA_ADAPTERS_JOB: "lora training",
+            ADAPTED_SCORES_JOB: "adapted scores", EVALUATION_JOB: "metrics", SUMMARY_JOB: "leaderboard",
+            LORA_EFFECTS_JOB: "lora effects", REPORT_JOB: "arena report"}
 
 
 def _adapter_line(adapter: str, meta: dict) -> str:
@@ -486,22 +653,27 @@ def dagster_overhead(instance, since: float = 0.0) -> dict:
 
 
 def _print_leaderboard(defs) -> None:
-    """The best configuration per method and task, and one trace command to try."""
-    from focus_dagster.evaluation.leaderboard import top_configurations
+    """The best configuration per method and task (a real model before any pipeline check, which is marked), and
+    one trace command to try."""
+    from assets.evaluation import pipeline_checks
+    from focus_dagster.evaluation.leaderboard import FOOTNOTE, marked, top_configurations
     from resources.storage import TableMissingError
 
+    checks = pipeline_checks(defs.resources["models"].specs())
     try:
-        best = top_configurations(defs.resources["storage"].read_table(layout.METRICS), top=1)
+        best = top_configurations(defs.resources["storage"].read_table(layout.METRICS), top=1, pipeline_checks=checks)
     except TableMissingError:  # no metric table: every evaluation failed, and the summary said so
         return
     if best.empty:
         return
-    print("  leaderboard (best test AUROC per method and task; pipeline-check models test plumbing only):")
+    print("  leaderboard (best test AUROC per method and task, real models before pipeline checks):")
     for row in best.itertuples():
         trained_on = row.train_dataset if isinstance(row.train_dataset, str) else ""
         trained = f" trained on {trained_on}" if trained_on and trained_on != row.dataset else ""
         print(f"    {row.method:<13} {row.task:<13} {row.value:.3f} ({row.ci_low:.3f}-{row.ci_high:.3f})  "
-              f"{row.model} on {row.dataset}{trained}  {row.metric_id}")
+              f"{marked(row.model, row.pipeline_check)} on {row.dataset}{trained}  {row.metric_id}")
+    if best["pipeline_check"].any():
+        print(f"    {FOOTNOTE}")
     print(f"  trace any number: .venv/bin/focus trace {best['metric_id'].iloc[0]}   (--json for machines)")
 
 
@@ -570,8 +742,20 @@ def _run_model_job(job, what: str, datasets: list[str], runner: _Runner, specs: 
     return failures
 
 
+def _failed_checks(result, blocked: bool) -> list[tuple[str, str]]:
+    """(check, what its result says) of each failed check of the run: those that blocked what follows (a blocking
+    check failing at ERROR severity), or the others."""
+    verdicts = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    return [(v.check_name, v.description or "failed") for v in verdicts
+            if not v.passed and bool(v.blocking and v.severity.value == "ERROR") == blocked]
+
+
 def _failure_message(result) -> str:
-    """The innermost error of the first failed step: the message the user can act on."""
+    """What stopped the run: the blocking checks that failed, with their reasons (which name the attribute, file or
+    row), else the innermost error of the first failed step: the message the user can act on."""
+    blocking = _failed_checks(result, blocked=True)
+    if blocking:
+        return "; ".join(f"blocked by {check}: {description}" for check, description in blocking)
     for event in result.all_events:
         if event.event_type_value == "STEP_FAILURE":
             error = event.event_specific_data.error

@@ -78,11 +78,18 @@ class _State:
         if row is not None:
             return {**row, "lineage_ids": [row.get("lineage_id")]}
         effect = self._row(layout.LORA_EFFECTS, metric_id) if self._has(layout.LORA_EFFECTS) else None
-        if effect is None:
-            raise TraceError(f"metric id {metric_id!r} is not in {layout.METRICS} nor {layout.LORA_EFFECTS}; ids are "
-                             "shown in the leaderboard and in every metric row.")
-        return {**effect, "partition": LORA_EFFECTS_PARTITION, "value": effect["delta"],
-                "lineage_ids": [effect.get("adapted_lineage_id"), effect.get("base_lineage_id")]}
+        if effect is not None:
+            return {**effect, "partition": LORA_EFFECTS_PARTITION, "value": effect["delta"],
+                    "lineage_ids": [effect.get("adapted_lineage_id"), effect.get("base_lineage_id")]}
+        compared = self._row(layout.COMPARISONS, metric_id) if self._has(layout.COMPARISONS) else None
+        if compared is not None:
+            ids = [compared.get("a_lineage_id"), compared.get("b_lineage_id")]
+            if compared.get("attributes_lineage_id"):
+                ids.append(compared["attributes_lineage_id"])
+            return {**compared, "partition": COMPARISONS_PARTITION, "value": compared["delta"],
+                    "model": f"{compared['model_a']} - {compared['model_b']}", "lineage_ids": ids}
+        raise TraceError(f"metric id {metric_id!r} is not in {layout.METRICS}, {layout.LORA_EFFECTS} nor "
+                         f"{layout.COMPARISONS}; ids are shown in the leaderboard and in every metric row.")
 
     def _row(self, table, metric_id: str) -> dict | None:
         found = self.con.execute(f"SELECT * FROM {table} WHERE metric_id = ?", [metric_id])
@@ -153,7 +160,8 @@ class _Walk:
                                                        "metric", "group", "value", "ci_low", "ci_high", "n", "n_pos",
                                                        "reason", "predictions_version", "weights_sha256",
                                                        "model_revision", "model_snapshot", "code_version")}
-                  | {k: row[k] for k in ("domain", "delta", "p_value", "q_value") if k in row},
+                  | {k: row[k] for k in ("domain", "model_a", "model_b", "a", "b", "delta", "p_value", "q_value")
+                     if k in row},
                   "inputs": [], "changed": [], "stale": False}
         self.links[metric["id"]] = metric
         for recorded in [self.state.stamp(stamp_id) for stamp_id in row["lineage_ids"]]:
@@ -246,6 +254,7 @@ def _weights_change(model: dict) -> str | None:
 
 
 LORA_EFFECTS_PARTITION = "lora_effects"  # a LoRA effects row's `partition` as the walk sees it
+COMPARISONS_PARTITION = "model_comparisons"  # a comparison row's
 
 
 def _metric_asset(partition: str) -> str:
@@ -253,15 +262,16 @@ def _metric_asset(partition: str) -> str:
     effects)."""
     if partition == layout.CROSS_PARTITION:
         return "cross_dataset_metrics"
-    if partition == LORA_EFFECTS_PARTITION:
-        return "lora_effects"
+    if partition in (LORA_EFFECTS_PARTITION, COMPARISONS_PARTITION):
+        return partition
     return f"{partition.split('|', 1)[1]}_metrics" if "|" in partition else "metrics"
 
 
 def _kind(asset: str) -> str:
     return {"predictions": "predictions", "cross_dataset_metrics": "predictions", "harmonised_labels": "labels",
             "dataset_records": "records", "dataset_release": "dataset release",
-            "yes_no_questions": "questions", "lora_adapters": "adapter"}.get(asset, "model output")
+            "yes_no_questions": "questions", "lora_adapters": "adapter",
+            "group_attributes": "group attributes"}.get(asset, "model output")
 
 
 def _shown_facts(stamp: dict) -> dict:

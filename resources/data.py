@@ -44,8 +44,9 @@ class DatasetRoots(ConfigurableResource):
     def fingerprint(self, key: str) -> ReleaseFingerprint:
         return fingerprint_dataset(key, self.root(key), content_hash=self.config.content_hash)
 
-    def read(self, key: str) -> ReadResult:
-        return read_dataset(key, self.root(key), image_check=self.config.image_check)
+    def read(self, key: str, say=None) -> ReadResult:
+        """The dataset's records; `say` gets the progress lines of the image checks."""
+        return read_dataset(key, self.root(key), image_check=self.config.image_check, say=say)
 
 
 @functools.cache

@@ -52,6 +52,8 @@ METRICS = Table("metrics", "values", "partition")
 # What the LoRA adapters change: adapted vs base per configuration and metric, and the means (lora_effects).
 LORA_EFFECTS = Table("metrics", "lora_effects")
 LORA_SUMMARY = Table("metrics", "lora_summary")
+# Model A against model B on the same test images, for the pairs focus.yaml declares (model_comparisons).
+COMPARISONS = Table("metrics", "comparisons")
 # The group attributes of each dataset's test images (sex, age, quality, camera) the fairness and quality axes use.
 ATTRIBUTES = Table("labels", "attributes", "dataset")
 # Lineage (focus_dagster/lineage.py): every stamp written with a DuckDB partition, by id, and the stamp of what
@@ -62,7 +64,7 @@ CURRENT = Table("lineage", "current")
 CURRENT_STAMP_SQL = (f"SELECT s.stamp FROM {CURRENT.qualified} c JOIN {STAMPS.qualified} s USING (stamp_id) "
                      "WHERE c.asset = ? AND c.partition = ?")
 TABLES = (QUARANTINE, UNLISTED_IMAGES, IMAGE_NOTES, LABELS, LABEL_REJECTS, ATTRIBUTES, ZERO_SHOT, SAMPLES, UNAVAILABLE, METRICS,
-          LORA_EFFECTS, LORA_SUMMARY, STAMPS, CURRENT)
+          LORA_EFFECTS, LORA_SUMMARY, COMPARISONS, STAMPS, CURRENT)
 
 # The partition of the cross-dataset rows in SAMPLES and METRICS (not a dataset).
 CROSS_PARTITION = "cross"

@@ -119,11 +119,19 @@ class TableStore:
         if partition != "*":
             pointer = self._pointer(table, partition)
             return [self.path(pointer['file'])] if pointer else []
+        return [found["file"] for found in self.partitions(table)]
+
+    def partitions(self, table: str) -> list[dict]:
+        """The current partitions of a table, each as its pointer names it: `partition` (None for a table written
+        whole), `file` (full path), `url` (the file as DuckDB opens it on `connection()`) and `stamp_id` (the
+        lineage stamp of the commit that wrote it; None for rows written without one)."""
         found = []
         for folder in sorted(self._list(f"{self.root}/tables/{table}")):
             pointer = self._read_json(f"{folder}/{POINTER}")
             if pointer:
-                found.append(self.path(pointer['file']))
+                path = self.path(pointer["file"])
+                found.append({"partition": partition_of(os.path.basename(folder)), "file": path,
+                              "url": self._urls([path])[0], "stamp_id": pointer.get("stamp_id")})
         return found
 
     def has(self, table: str) -> bool:
@@ -157,13 +165,17 @@ class TableStore:
 
     def stamp(self, stamp_id: str) -> dict | None:
         """A stamp kept by any commit, by id."""
-        files = self.stamp_files()
-        if not files:
-            return None
+        return self.stamps([stamp_id]).get(stamp_id)
+
+    def stamps(self, stamp_ids) -> dict[str, dict]:
+        """The stamps kept by any commit with these ids, by id (an id no commit kept is left out)."""
+        files, wanted = self.stamp_files(), sorted(set(stamp_ids))
+        if not files or not wanted:
+            return {}
         with self.connection() as con:
-            row = con.execute("SELECT stamp FROM read_parquet(?) WHERE stamp_id = ? LIMIT 1",
-                              [self._urls(files), stamp_id]).fetchone()
-        return lineage.loads(row[0]) if row else None
+            rows = con.execute("SELECT DISTINCT ON (stamp_id) stamp_id, stamp FROM read_parquet(?) "
+                               "WHERE stamp_id IN (SELECT unnest(?::VARCHAR[]))", [self._urls(files), wanted]).fetchall()
+        return {found: lineage.loads(text) for found, text in rows}
 
     def stamp_files(self) -> list[str]:
         return sorted(p for p in self._list(f"{self.root}/lineage/stamps") if p.endswith(".parquet"))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import re
+
 import pytest
 from dagster import AssetKey, DagsterInstance
 
@@ -9,6 +12,7 @@ from assets.datasets import OBSERVE_JOB
 from assets.labels import DATA_LAYER_JOB
 from focus_dagster.config import FocusConfig, SyntheticSettings
 from focus_dagster.definitions import build_definitions
+from focus_dagster.progress import is_progress
 from tests.conftest import copy_tree
 from tests.tables import table_views
 
@@ -81,6 +85,19 @@ def test_records_land_in_duckdb_with_accounting_metadata(setup):
     with table_views(config) as con:
         assert con.execute("SELECT count(*) FROM records.brset").fetchone()[0] == manifest.label_rows
         assert con.execute("SELECT count(*) FROM records.quarantine WHERE dataset = 'brset'").fetchone()[0] == 0
+
+
+def test_the_records_step_logs_its_image_checks_progress_at_info_in_the_run(setup):
+    """What the UI shows and `focus demo` prints: INFO records of the run's event log, of the records step."""
+    config, defs, instance, manifest = setup
+    result = materialize(defs, instance, "brset")
+    lines = [(entry.step_key, entry.level, entry.user_message) for entry in instance.all_logs(result.run_id)
+             if entry.dagster_event is None and is_progress(entry.user_message)]
+    n = manifest.label_rows
+    assert len(lines) == 1, lines  # a read of seconds: the final line only
+    [(step, level, message)] = lines
+    assert (step, level) == ("dataset_records", logging.INFO)
+    assert re.fullmatch(rf"\[progress\] brset image checks \(header\): {n}/{n} images in \d+s, [\d.]+ images/s", message)
 
 
 def test_a_broken_copy_fails_the_check_and_quarantine_rows_stay_per_dataset(setup):

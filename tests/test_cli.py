@@ -82,3 +82,44 @@ def test_models_lists_the_catalog_with_availability(monkeypatch, tmp_path, capsy
     assert main(["models", "--selected"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines()[1:] if not line.startswith(" ")]
     assert [row.split()[0] for row in rows] == ["efficientnet_lite0", "tiny_clip", "tiny_llava"]  # the defaults
+
+
+def test_demo_options_parse_and_narrow_the_configuration():
+    from focus_dagster.cli import build_parser
+    from focus_dagster.config import load_config
+    from focus_dagster.demo import DemoOptions, demo_config
+
+    args = build_parser().parse_args(["demo", "--datasets", "idrid", "papila", "--models", "tiny_clip", "--no-lora",
+                                      "--per-dataset", "12"])
+    assert (args.datasets, args.models, args.lora, args.per_dataset) == (["idrid", "papila"], ["tiny_clip"], False, 12)
+    assert build_parser().parse_args(["demo"]).lora is True
+    options = DemoOptions(datasets=("papila", "idrid"), models=("tiny_clip",), lora=False, per_dataset=12)
+    assert DemoOptions.from_json(options.to_json()) == options  # as the step processes receive it
+    config = demo_config(load_config({"FOCUS_HOME": "/tmp/focus-demo-options"}), options)
+    # The registry's order, whatever the command line's.
+    assert list(config.roots) == [k for k in DATASET_KEYS if k in ("idrid", "papila")] and config.models == ("tiny_clip",)
+    assert config.synthetic.per_dataset == 12 and config.synthetic.scale == 0.125
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["--datasets", "idrid", "nosuch"], "focus demo --datasets: 'nosuch' not configured in the default configuration "
+                                        "(no FOCUS_CONFIG); configured datasets: brset, mbrset, "),
+    (["--models", "vit_large"], "focus demo --models: 'vit_large' not configured in the default configuration (no "
+                                "FOCUS_CONFIG); configured models: efficientnet_lite0, tiny_clip, tiny_llava."),
+])
+def test_demo_refuses_a_dataset_or_model_it_does_not_configure_before_writing_anything(monkeypatch, tmp_path, capsys,
+                                                                                      argv, error):
+    monkeypatch.setenv("FOCUS_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("FOCUS_CONFIG", raising=False)
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    assert main(["demo", *argv]) == 2
+    assert f"error: {error}" in capsys.readouterr().err
+    assert not (tmp_path / "home").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "ten"])
+def test_demo_per_dataset_must_be_a_positive_count(capsys, value):
+    with pytest.raises(SystemExit) as stop:
+        main(["demo", "--per-dataset", value])
+    assert stop.value.code == 2
+    assert f"--per-dataset: {value!r} is not a whole number of at least 1" in capsys.readouterr().err

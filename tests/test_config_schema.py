@@ -57,6 +57,7 @@ lora:
   train_datasets: [brset]
   tasks: [any_dr, referable_dr]
   settings: {learning_rate: 2.0e-5, epochs: 1, micro_batch: 4, accumulation: 4, seed: 0, lr_schedule: constant}
+compare: [[my_vit, efficientnet_lite0]]
 kubernetes:
   gpu_node_selector: {cloud.google.com/gke-accelerator: nvidia-l4}
   gpu_tolerations:
@@ -66,7 +67,7 @@ kubernetes:
 tables: s3://bucket/focus/tables
 """
 TOP_LEVEL = ("datasets, synthetic, release, splits, image_check, executor, compile, models, questions, lora, "
-             "kubernetes, tables")
+             "compare, kubernetes, tables")
 MODEL_KEYS = ("id, interface, domain, family, source, revision, path, preprocess, pooling, dtype, pretrained_on, "
               "trust_remote_code, options, notes")
 SETTINGS = ("r, alpha, dropout, target_modules, save_embeddings, learning_rate, epochs, micro_batch, accumulation, "

@@ -47,7 +47,7 @@ def test_demo_runs_end_to_end_and_says_where_results_are(demo):
     assert re.search(r"adapted scores +tiny_llava\.messidor_2\.any_dr \(pipeline-check\) +\d+ rows over 2 datasets",
                      out), out
     assert re.search(r"lora effects .* \d+ rows, 2 comparisons with deltas", out), out
-    assert re.search(r"arena report +9 figures, 12 tables, \d+ metric ids cited: .*reports/arena/index.html", out), out
+    assert re.search(r"arena report +9 figures, 13 tables, \d+ metric ids cited: .*reports/arena/index.html", out), out
     assert (home / "dagster" / "dagster.yaml").is_file()
     assert (home / "artifacts" / "adapters" / "tiny_llava.messidor_2.any_dr" / "manifest.json").is_file()
     with table_views(home) as con:
@@ -62,6 +62,38 @@ def test_demo_runs_end_to_end_and_says_where_results_are(demo):
                               "AND delta IS NOT NULL GROUP BY domain ORDER BY domain").fetchall()
     assert adapted == [("messidor_2", "messidor_2"), ("rfmid_2", "messidor_2")]
     assert domains == [("in_domain", 1), ("out_of_domain", 1)]
+
+
+def test_the_demo_prints_each_steps_progress_as_it_runs_and_the_time_of_every_stage(demo):
+    """Not a terminal here: a plain line each, indented under the summary lines, as the steps log them."""
+    _, _, out = demo
+    lines = out.splitlines()
+    for pattern in (r"messidor_2 image checks \(header\): 50/50 images in \d+s, [\d.]+ images/s",
+                    r"embeddings efficientnet_lite0@rfmid_2: 49/49 images in \d+s",
+                    r"yes/no scores tiny_llava@messidor_2 \(\d questions per image\): 49/49 images in",
+                    r"lora tiny_llava training: (\d+)/\1 examples in \d+s, [\d.]+ examples/s",
+                    r"metrics rfmid_2: (\d+)/\1 configurations in", r"fairness metrics messidor_2: (\d+)/\1 configurations",
+                    r"arena report: (\d+)/\1 sections in"):
+        assert any(re.fullmatch(rf" +\d+s    {pattern}.*", line) for line in lines), (pattern, out)
+    # Each model's summary line follows the progress of its steps.
+    progress = next(i for i, line in enumerate(lines) if "embeddings efficientnet_lite0@messidor_2:" in line)
+    summary = next(i for i, line in enumerate(lines) if re.match(r" +\d+s  embeddings\+probes efficientnet_lite0", line))
+    assert progress < summary
+    [stages] = [line for line in lines if line.startswith("  time per stage: ")]
+    assert re.fullmatch(r"  time per stage: releases \d+s, data layer \d+s \(2 runs\), embeddings\+probes \d+s \(4 runs\), "
+                        r"zero-shot \d+s \(2 runs\), yes/no scores \d+s \(2 runs\), lora training \d+s, adapted scores "
+                        r"\d+s \(2 runs\), metrics \d+s \(2 runs\), leaderboard \d+s, lora effects \d+s, arena report \d+s",
+                        stages), stages
+
+
+def test_the_demo_leaderboard_ranks_the_real_encoder_first_and_marks_pipeline_checks(demo):
+    """efficientnet_lite0 is the one real model of the defaults; tiny_clip and tiny_llava are pipeline checks."""
+    _, _, out = demo
+    rows = re.findall(r"^    (\w+) +(\w+) +[\d.]+ \([\d.]+-[\d.]+\)  (\S+( †)?) on ", out, flags=re.MULTILINE)
+    best = {(method, task): model for method, task, model, _ in rows}
+    assert {model for (method, _), model in best.items() if method == "linear_probe"} == {"efficientnet_lite0"}, out
+    assert best[("zero_shot", "any_dr")] == "tiny_clip †" and best[("yes_no", "any_dr")] == "tiny_llava †", out
+    assert "    † pipeline check: a seeded toy model that tests the plumbing" in out
 
 
 def test_the_report_files_cite_rows_of_the_metric_tables(demo):

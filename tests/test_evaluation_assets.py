@@ -261,6 +261,73 @@ def test_focus_trace_resolves_an_unavailable_configuration(world):
             "dataset_release[idrid]"} <= ids and not result["stale"]
 
 
+def test_two_models_compared_on_the_same_images_by_the_asset_the_cli_trace_and_report(world, monkeypatch, capsys,
+                                                                                         tmp_path):
+    """`compare: [[tiny_clip, tiny_vit]]`: model_comparisons holds A - B of both linear probes on every dataset,
+    each AUROC equal to scikit-learn's on the predictions table; zero-shot (tiny_clip only) is a row with the reason;
+    `focus compare` gives the same deltas; `focus trace` reaches both models' weights; the report has the section."""
+    import dataclasses
+
+    from sklearn.metrics import roc_auc_score
+
+    from assets.report import report_inputs
+    from assets.partitions import Registered
+    from focus_dagster.cli import main
+    from focus_dagster.report.build import build_report
+
+    config, _, instance = world
+    compared = dataclasses.replace(config, compare=(("tiny_clip", "tiny_vit"),))
+    defs = build_definitions(compared)
+    job = defs.resolve_implicit_global_asset_job_def()
+    assert job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey("model_comparisons")],
+                                  run_config={"ops": {"model_comparisons": {"config": {"n_resamples": 100}}}}).success
+    rows = table(config, "SELECT * FROM metrics.comparisons")
+    samples = table(config, "SELECT * FROM predictions.samples WHERE split = 'test' AND partition != 'cross'")
+    auroc = rows[(rows["metric"] == "auroc") & (rows["group"] == "") & (rows["method"] == "linear_probe")]
+    probed = samples[samples["method"] == "linear_probe"]
+    assert set(auroc["dataset"]) == set(probed["dataset"]) and len(auroc) == probed.groupby(["dataset", "task"]).ngroups
+    for row in auroc[auroc["delta"].notna()].itertuples():
+        sides = []
+        for model in ("tiny_clip", "tiny_vit"):
+            mine = samples[(samples["model"] == model) & (samples["dataset"] == row.dataset) &
+                           (samples["task"] == row.task) & (samples["method"] == "linear_probe")]
+            sides.append(roc_auc_score(mine["label"], mine["score"]))
+            assert len(mine) == row.n
+        assert (row.a, row.b, row.delta) == pytest.approx((sides[0], sides[1], sides[0] - sides[1]), abs=1e-9)
+        assert row.ci_low <= row.delta <= row.ci_high
+    zero_shot = rows[rows["method"] == "zero_shot"]
+    assert len(zero_shot) and zero_shot["delta"].isna().all()
+    assert zero_shot["reason"].str.startswith("no test predictions of tiny_vit").all()
+    assert rows["metric_id"].is_unique and rows["q_value"].notna().sum() == rows["p_value"].notna().sum()
+
+    monkeypatch.setattr("focus_dagster.config.load_config", lambda environ=None: compared)
+    out = tmp_path / "papila.csv"
+    assert main(["compare", "tiny_clip", "tiny_vit", "--dataset", "papila", "--method", "linear_probe",
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "tiny_clip (A) vs tiny_vit (B)" in printed and "papila · gon · linear_probe" in printed
+    again = pd.read_csv(out, keep_default_na=True)
+    stored = rows[(rows["dataset"] == "papila") & (rows["method"] == "linear_probe")]
+    merged = stored.merge(again, on="metric_id", suffixes=("", "_cli"))
+    assert len(merged) == len(stored) == len(again)
+    assert merged["delta"].fillna(9).to_numpy() == pytest.approx(merged["delta_cli"].fillna(9).to_numpy())
+    assert main(["compare", "tiny_clip", "tiny_clip"]) == 2
+    assert "not 'tiny_clip' with itself" in capsys.readouterr().err
+
+    first = auroc[auroc["delta"].notna()].iloc[0]
+    assert main(["trace", first["metric_id"], "--json"]) == 0
+    links = {link["id"] for link in json.loads(capsys.readouterr().out)["links"]}
+    assert {f"predictions[{first['dataset']}]", f"probe_predictions[tiny_clip|{first['dataset']}]",
+            f"probe_predictions[tiny_vit|{first['dataset']}]", "weights[tiny_clip]", "weights[tiny_vit]"} <= links
+    gap = rows[(rows["group"] == "sex:max-min") & rows["attributes_lineage_id"].notna()].iloc[0]
+    assert main(["trace", gap["metric_id"], "--json"]) == 0
+    assert f"group_attributes[{gap['dataset']}]" in {link["id"] for link in json.loads(capsys.readouterr().out)["links"]}
+
+    report = build_report(report_inputs(defs.resources["storage"], Registered.from_config(compared)))
+    section = next(s for s in report.sections if s.name == "comparisons")
+    assert len(section.tables[0].frame) == len(rows) and "tiny_clip vs tiny_vit: mean Δ AUROC" in str(section.reading)
+
+
 def test_a_blocked_upstream_gives_no_rows_and_a_reason(synth_all, tmp_path):
     """Leaking questions block token_probabilities for brset: no yes/no rows, the reason is recorded."""
     out, _ = synth_all

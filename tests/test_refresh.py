@@ -1,10 +1,11 @@
 """Refresh driven end to end by the automation, as the `focus_refresh` sensor launches it.
 
 From an empty instance the automation alone builds the whole graph; then, in turn, a changed label, a new
-image, a broken release and a change materialised by hand (as from the UI) are each followed by ticks until
-nothing more is requested. After each: every affected partition of every asset was refreshed, with its
-checks, in dependency order; nothing else was; nothing downstream of a failed blocking check ran; and no
-asset partition is left unsynced.
+image, a broken release, a change materialised by hand (as from the UI) and label mappings that lose group
+attributes (one: its rows withheld, the rest flows; all: blocked) are each followed by ticks until nothing
+more is requested. After each: every affected partition of every asset was refreshed, with its checks, in
+dependency order; nothing else was; nothing downstream of a failed blocking check ran; and no asset
+partition is left unsynced but those behind it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from focus_dagster.config import FocusConfig
 from focus_dagster.definitions import build_definitions
 from tests.automation_driver import Refresh, drive, unsynced
 from tests.conftest import copy_tree
+from tests.tables import query
 
 DATASETS = ("idrid", "papila", "g1020")
 MODELS = ("tiny_vit", "tiny_clip", "tiny_llava")  # one per interface, seeded: fast on a CPU
@@ -178,43 +180,108 @@ def test_a_broken_release_stops_at_its_failed_check(world):
     assert "dataset_records" not in {asset for asset, _ in left}
 
 
-def test_a_mapping_that_loses_sex_blocks_fairness_and_quality_but_not_metrics(world, monkeypatch):
-    """A planted regression: PAPILA's rule maps every sex code to nothing. No label check can see it (sex is not
-    a label, and the rule is consistent with itself); the labels are rematerialised by hand with it, as from the
-    UI. The attribute coverage check fails and keeps fairness and quality from materialising, across ticks and
-    within a run, while the metrics follow the new labels."""
+def lose_attributes(w: World, monkeypatch, *attributes: str):
+    """A planted regression: PAPILA's rule maps every value of `attributes` to nothing. No label check can see it
+    (they are not labels, and the rule is consistent with itself); the labels are rematerialised by hand with
+    it, as from the UI. Returns that run, and the share of papila's test images with each attribute, counted here."""
     from dataclasses import replace
 
-    from assets.evaluation import EVALUATION_JOB
     from focus_dagster.labels import rules
 
-    w, _ = world
     original = rules.RULES["papila"]
     monkeypatch.setitem(rules.RULES, "papila", replace(
-        original, metadata=lambda r: {**original.metadata(r), "sex": rules.constant(r, None)}))
+        original, metadata=lambda r: {**original.metadata(r), **{a: rules.constant(r, None) for a in attributes}}))
     labels = w.defs.resolve_implicit_global_asset_job_def().get_subset(
         asset_selection={dg.AssetKey("harmonised_labels"), dg.AssetKey("label_rejects")})
     by_hand = labels.execute_in_process(instance=w.instance, partition_key="papila")
     verdicts = {e.check_name: e.passed for e in by_hand.get_asset_check_evaluations()}
     assert verdicts["label_values"] and verdicts["rule_consistency"]  # the label-mapping checks pass
     assert verdicts["metadata_coverage"] is False  # only the warning notices, and a warning blocks nothing
+    test = query(w.config, "SELECT age, sex FROM labels.harmonised WHERE dataset = 'papila' AND split = 'test'")
+    return {a: test[a].notna().mean() for a in ("age", "sex")}
+
+
+def materialized_of(refresh: Refresh) -> set[tuple[str, str]]:
+    return {(e.asset_key.to_user_string(), str(e.partition)) for r in refresh.results for e in r.all_events
+            if e.event_type_value == "ASSET_MATERIALIZATION"}
+
+
+def report_cell(w: World, dataset: str, axis: str) -> str:
+    """The reason of one cell of the arena report's coverage table, as written (tables/coverage.csv)."""
+    import pandas as pd
+
+    from resources import layout
+
+    table = pd.read_csv(w.config.artifacts / layout.ARENA_REPORT / "tables" / "coverage.csv", keep_default_na=False)
+    return table.set_index(["dataset", "axis"]).loc[(dataset, axis), "reason"]
+
+
+def test_a_mapping_that_loses_sex_withholds_the_sex_rows_and_the_rest_flows(world, monkeypatch):
+    """Sex lost, age kept: attribute_coverage fails (a warning) naming sex, its coverage and the floor; the gate
+    passes, so the automation still materialises fairness and quality of papila, the sex rows kept without a
+    value and with the reason, while metrics follow the new labels too."""
+    w, _ = world
+    share = lose_attributes(w, monkeypatch, "sex")
+    assert share["sex"] == 0 and share["age"] >= 0.9
     refresh = w.refresh()
     assert refresh.requested()["group_attributes:attribute_coverage"] == {"papila"}
-    # Partitioned like its asset: the verdict is papila's own, not one shared by every dataset.
-    assert refresh.check_verdicts()[("group_attributes", "attribute_coverage", "papila")] is False
-    materialized = {(e.asset_key.to_user_string(), str(e.partition)) for r in refresh.results for e in r.all_events
-                    if e.event_type_value == "ASSET_MATERIALIZATION"}
+    # Partitioned like its asset: the verdicts are papila's own, not ones shared by every dataset.
+    verdicts = refresh.check_verdicts()
+    assert verdicts[("group_attributes", "attribute_coverage", "papila")] is False
+    assert verdicts[("group_attributes", "attributes_usable", "papila")] is True
+    [coverage] = [e for r in refresh.results for e in r.get_asset_check_evaluations()
+                  if e.check_name == "attribute_coverage"]
+    reason = f"attribute_coverage: sex is set on {share['sex']:.1%} of the test images (floor 90%)"
+    assert coverage.severity == dg.AssetCheckSeverity.WARN and reason.split(": ", 1)[1] in coverage.description
+    assert {(a, "papila") for a in ("predictions", "metrics", "group_attributes", "fairness_metrics",
+                                    "quality_metrics")} <= materialized_of(refresh)
+    rows = query(w.config, "SELECT \"group\", value, reason FROM metrics.values WHERE dataset = 'papila' "
+                 "AND axis = 'fairness' AND partition LIKE 'papila|%'")
+    sex = rows["group"].str.startswith("sex")
+    assert sex.any() and rows.loc[sex, "value"].isna().all() and (rows.loc[sex, "reason"] == reason).all()
+    assert rows["group"].str.startswith("age_").any() and not rows.loc[~sex, "reason"].eq(reason).any()
+    assert report_cell(w, "papila", "fairness").startswith(reason)  # the report names it too
+    # Nothing left behind but the partitions of the broken release, which still waits for its images.
+    assert all(partition and "g1020" in partition for _, partition in unsynced(w.defs, w.instance))
+
+
+def test_a_mapping_that_loses_every_published_attribute_blocks_fairness_and_quality_but_not_metrics(
+        world, monkeypatch):
+    """Sex and age lost: no attribute papila publishes reaches its floor, and the blocking check attributes_usable
+    fails. It keeps fairness and quality from materialising, across ticks and within a run, while the metrics
+    follow the new labels; the report and the demo's message name the attributes and their coverage."""
+    from assets.evaluation import EVALUATION_JOB
+    from assets.report import REPORT_JOB
+    from focus_dagster.demo import _failure_message
+
+    w, _ = world
+    share = lose_attributes(w, monkeypatch, "sex", "age")
+    assert share == {"age": 0, "sex": 0}
+    refresh = w.refresh()
+    assert refresh.requested()["group_attributes:attributes_usable"] == {"papila"}
+    assert refresh.check_verdicts()[("group_attributes", "attributes_usable", "papila")] is False
+    materialized = materialized_of(refresh)
     assert {("predictions", "papila"), ("metrics", "papila"), ("group_attributes", "papila")} <= materialized
     assert not {(a, "papila") for a in ("fairness_metrics", "quality_metrics")} & materialized
     assert {("fairness_metrics", "papila"), ("quality_metrics", "papila")} <= unsynced(w.defs, w.instance)
+    # The report waits for the blocked tables (they owe an update); built by hand, as `focus report` does, it
+    # names the check, the attributes and their coverage.
+    assert w.defs.resolve_job_def(REPORT_JOB).execute_in_process(instance=w.instance).success
+    shortfall = [f"{a} is set on {share[a]:.1%} of the test images (floor 90%)" for a in ("age", "sex")]
+    assert report_cell(w, "papila", "fairness").startswith("attributes_usable: every attribute papila publishes")
+    assert all(s in report_cell(w, "papila", "quality") for s in shortfall)
     # Within one run: the evaluation job stops them behind the failed check, and says why.
     run = w.defs.resolve_job_def(EVALUATION_JOB).execute_in_process(
         instance=w.instance, partition_key="papila", raise_on_error=False,
-        run_config={"ops": {name: {"config": {"n_resamples": 50}} for name in METRIC_ASSETS - {"cross_dataset_metrics"}}})
+        run_config={"ops": {name: {"config": {"n_resamples": 50}}
+                            for name in METRIC_ASSETS - {"cross_dataset_metrics"}}})
     done = {e.asset_key.to_user_string() for e in run.all_events if e.event_type_value == "ASSET_MATERIALIZATION"}
     assert {"metrics", "group_attributes"} <= done and not {"fairness_metrics", "quality_metrics"} & done
-    failed = [e for e in run.get_asset_check_evaluations() if e.check_name == "attribute_coverage"]
-    assert len(failed) == 1 and not failed[0].passed and "sex" in failed[0].metadata["reason"].value
+    [failed] = [e for e in run.get_asset_check_evaluations() if e.check_name == "attributes_usable"]
+    assert not failed.passed and failed.severity == dg.AssetCheckSeverity.ERROR
+    assert all(s in failed.metadata["reason"].value for s in shortfall)
+    message = _failure_message(run)
+    assert message.startswith("blocked by attributes_usable") and all(s in message for s in shortfall)
 
 
 def only_about(partitions: set[str], dataset: str) -> bool:

@@ -156,6 +156,17 @@ def test_coverage_gives_each_empty_cell_its_reason(frame):
                                         "m-enc_o-idrid-gon--performance-auroc-"}
 
 
+def test_coverage_names_what_the_attribute_checks_withheld_or_blocked(frame):
+    withheld = "attribute_coverage: sex is set on 82.8% of the test images (floor 90%)"
+    blocked = "attributes_usable: every attribute papila publishes is below the floor: ..."
+    notes = {"brset": {"fairness": [withheld], "quality": []}, "papila": {"fairness": [blocked], "quality": [blocked]}}
+    cells = arena.coverage(frame, None, ["brset", "idrid", "papila"], notes).set_index(["dataset", "axis"])
+    assert tuple(cells.loc[("brset", "fairness"), ["covered", "reason"]]) == ("yes", withheld)  # the rest stands
+    assert cells.loc[("papila", "fairness"), "reason"] == blocked  # no rows, and the check says why
+    assert cells.loc[("papila", "performance"), "reason"].startswith("no rows: metrics has nothing for papila")
+    assert cells.loc[("idrid", "fairness"), "reason"] == "not applicable: idrid does not publish sex (datasets.md)"
+
+
 def test_lora_means_keep_pipeline_check_adapters_apart():
     effects = pd.DataFrame([
         {"metric_id": f"m-{k}", "model": model, "dataset": "idrid", "task": "any_dr", "method": "yes_no_lora",

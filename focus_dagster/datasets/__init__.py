@@ -10,6 +10,7 @@ from focus_dagster.datasets.registry import DATASET_KEYS, DATASETS, dataset_info
 __all__ = ["DATASETS", "DATASET_KEYS", "ReadResult", "dataset_info", "get_reader", "read_dataset"]
 
 
-def read_dataset(key: str, root, *, image_check: str = DEFAULT_IMAGE_CHECK) -> ReadResult:
-    """Read dataset `key` from its published layout under `root` (the one code path for real and synthetic data)."""
-    return get_reader(key).read(root, image_check=image_check)
+def read_dataset(key: str, root, *, image_check: str = DEFAULT_IMAGE_CHECK, say=None) -> ReadResult:
+    """Read dataset `key` from its published layout under `root` (the one code path for real and synthetic data);
+    `say` gets the progress lines of the image checks."""
+    return get_reader(key).read(root, image_check=image_check, say=say)

@@ -12,7 +12,7 @@ import os
 import re
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import pandas as pd
 
@@ -28,6 +28,7 @@ from focus_dagster.datasets.records import (
     ReadResult,
 )
 from focus_dagster.errors import DatasetLayoutError, EmptyDatasetError
+from focus_dagster.progress import Progress
 
 
 class DatasetReader(ABC):
@@ -38,11 +39,12 @@ class DatasetReader(ABC):
 
     key: ClassVar[str]
 
-    def read(self, root: str | Path, *, image_check: str = DEFAULT_IMAGE_CHECK) -> ReadResult:
+    def read(self, root: str | Path, *, image_check: str = DEFAULT_IMAGE_CHECK,
+             say: Callable[[str], None] | None = None) -> ReadResult:
         """Read the dataset under `root` into native records, quarantining rows that cannot be trusted.
 
         image_check: "header" (magic bytes and end marker: fast, catches truncation), "full" (decode every
-        image) or "none" (existence only).
+        image) or "none" (existence only). `say` gets the image checks' progress lines (focus_dagster/progress.py).
         """
         if image_check not in IMAGE_CHECKS:
             raise ValueError(f"image_check must be one of {IMAGE_CHECKS}, got {image_check!r}")
@@ -58,21 +60,23 @@ class DatasetReader(ABC):
                 f"[{self.key}] {root}: the label file(s) {table.label_files} hold no records. "
                 "Check that the dataset was extracted completely."
             )
-        return finalize(self.key, root, table, image_check)
+        return finalize(self.key, root, table, image_check, say)
 
     @abstractmethod
     def read_table(self, root: Path) -> LabelTable:
         """Parse the dataset's label files into rows (standard + native columns)."""
 
 
-def finalize(dataset: str, root: Path, table: LabelTable, image_check: str) -> ReadResult:
-    """Apply the checks every dataset shares and split rows into kept records and quarantine."""
+def finalize(dataset: str, root: Path, table: LabelTable, image_check: str,
+             say: Callable[[str], None] | None = None) -> ReadResult:
+    """Apply the checks every dataset shares and split rows into kept records and quarantine (`say`: the image
+    checks' progress lines)."""
     rows = _prepared_rows(table)
     listing = sorted({p for d in table.image_dirs for p in list_images(root, d, recursive=True)})
     rows = _mark_escaping_paths(rows)
     rows = _mark_links_leaving_root(rows, root)
     _mark_duplicates(rows)
-    notes = _mark_image_defects(rows, root, set(listing), image_check)
+    notes = _mark_image_defects(dataset, rows, root, set(listing), image_check, say)
 
     bad = rows[REASON].notna()
     quarantine = _quarantine_frame(dataset, rows[bad])
@@ -151,26 +155,36 @@ def _mark_duplicates(rows: pd.DataFrame) -> None:
                 rows.at[i, REASON_CODE] = "conflicting_duplicate_id"
 
 
-def _mark_image_defects(rows: pd.DataFrame, root: Path, on_disk: set[str], image_check: str) -> dict:
+def _mark_image_defects(dataset: str, rows: pd.DataFrame, root: Path, on_disk: set[str], image_check: str,
+                        say: Callable[[str], None] | None = None) -> dict:
     """Quarantine rows still live whose image is missing or fails `image_check`; return the notes on the
     sound ones (row index -> note) whose content is not the format their extension names."""
     notes = {}
-    for i in rows.index[rows[REASON].isna()]:
-        rel = rows.at[i, "image_path"]
-        path = root / rel
-        if rel not in on_disk and not path.is_file():
-            rows.at[i, REASON] = f"image file {rel} not found"
-            rows.at[i, REASON_CODE] = "image_missing"
-            continue
-        defect, kind = inspect_image(path, image_check)
-        if defect:
-            rows.at[i, REASON] = f"image file {rel}: {defect}"
-            rows.at[i, REASON_CODE] = "image_unreadable"
-            continue
-        note = extension_mismatch(rel, kind)
+    live = rows.index[rows[REASON].isna()]
+    # Reading every image's header (or all of it) is the long part of a large dataset's read.
+    progress = Progress(f"{dataset} image checks ({image_check})", len(live), "images", say)
+    for i in live:
+        note = _mark_image_defect(rows, i, root, on_disk, image_check)
         if note:
             notes[i] = note
+        progress.advance()
     return notes
+
+
+def _mark_image_defect(rows: pd.DataFrame, i, root: Path, on_disk: set[str], image_check: str) -> str | None:
+    """Quarantine row `i` if its image is missing or fails `image_check`; else the note on its format, if any."""
+    rel = rows.at[i, "image_path"]
+    path = root / rel
+    if rel not in on_disk and not path.is_file():
+        rows.at[i, REASON] = f"image file {rel} not found"
+        rows.at[i, REASON_CODE] = "image_missing"
+        return None
+    defect, kind = inspect_image(path, image_check)
+    if defect:
+        rows.at[i, REASON] = f"image file {rel}: {defect}"
+        rows.at[i, REASON_CODE] = "image_unreadable"
+        return None
+    return extension_mismatch(rel, kind)
 
 
 def _notes_frame(dataset: str, rows: pd.DataFrame, notes: dict) -> pd.DataFrame:

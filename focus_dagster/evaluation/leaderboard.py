@@ -1,4 +1,11 @@
-"""The leaderboard and the cross-dataset matrix as Markdown: what the UI, the report file and the demo print."""
+"""The leaderboard and the cross-dataset matrix as Markdown: what the UI, the report file and the demo print.
+
+Pipeline checks (the built-in seeded toy models, `domain: pipeline-check`) test the plumbing; their numbers say
+nothing about retinal images. Within each method x task block the real models are ranked first by test AUROC,
+then the pipeline checks by theirs, so a check never stands above a real model whatever its AUROC; a check's
+model carries MARK and the table ends with FOOTNOTE. Which models are checks is the caller's to say (the
+model specs know it), as a set of model ids.
+"""
 
 from __future__ import annotations
 
@@ -6,29 +13,43 @@ import pandas as pd
 
 from focus_dagster.evaluation.predictions import CONFIG_COLUMNS, keyed_by_training
 
+MARK = "†"
+FOOTNOTE = (f"{MARK} pipeline check: a seeded toy model that tests the plumbing; its numbers say nothing about "
+            "retinal images, and it is ranked after the real models of its method and task.")
 
-def top_configurations(table: pd.DataFrame, top: int) -> pd.DataFrame:
-    """Per method and task (in name order), the `top` configurations by test AUROC, each with its ECE."""
+
+def top_configurations(table: pd.DataFrame, top: int, pipeline_checks=frozenset()) -> pd.DataFrame:
+    """Per method and task (in name order), the `top` configurations by test AUROC, each with its ECE and
+    `pipeline_check` (its model is one of `pipeline_checks`): real models first, then pipeline checks."""
     auroc = table[(table["metric"] == "auroc") & (table["group"] == "") & table["value"].notna()]
     if auroc.empty:
-        return auroc
+        return auroc.assign(pipeline_check=pd.Series(dtype=bool))
     ece = table[(table["metric"] == "ece") & (table["group"] == "")][CONFIG_COLUMNS + ["value"]]
-    auroc = _with_ece(auroc, ece)
-    return pd.concat([rows.sort_values("value", ascending=False).head(top)
+    auroc = _with_ece(auroc, ece).assign(pipeline_check=lambda rows: rows["model"].isin(set(pipeline_checks)))
+    return pd.concat([rows.sort_values(["pipeline_check", "value"], ascending=[True, False], kind="stable").head(top)
                       for _, rows in auroc.groupby(["method", "task"], sort=True)])
 
 
-def leaderboard_markdown(table: pd.DataFrame, top: int = 3) -> str:
-    """Top configurations per family (interface x method) and task by test AUROC, with ECE and metric ids."""
-    best = top_configurations(table, top)
+def marked(model: str, pipeline_check: bool) -> str:
+    """The model's name as the leaderboard shows it: with MARK when it is a pipeline check."""
+    return f"{model} {MARK}" if pipeline_check else model
+
+
+def leaderboard_markdown(table: pd.DataFrame, top: int = 3, pipeline_checks=frozenset()) -> str:
+    """Top configurations per family (interface x method) and task by test AUROC, with ECE and metric ids;
+    pipeline checks (`pipeline_checks`, model ids) marked and ranked after the real models."""
+    best = top_configurations(table, top, pipeline_checks)
     if best.empty:
         return "no defined AUROC yet"
     lines = ["| method | task | model | dataset | trained on | AUROC (95% CI) | ECE | metric_id |",
              "|---|---|---|---|---|---|---|---|"]
     for row in best.itertuples():
         lines.append(
-            f"| {row.method} | {row.task} | {row.model} | {row.dataset} | {row.train_dataset or '-'} | "
-            f"{fmt(row.value)} ({fmt(row.ci_low)}-{fmt(row.ci_high)}) | {fmt(row.ece)} | `{row.metric_id}` |")
+            f"| {row.method} | {row.task} | {marked(row.model, row.pipeline_check)} | {row.dataset} | "
+            f"{row.train_dataset or '-'} | {fmt(row.value)} ({fmt(row.ci_low)}-{fmt(row.ci_high)}) | {fmt(row.ece)} | "
+            f"`{row.metric_id}` |")
+    if best["pipeline_check"].any():
+        lines += ["", FOOTNOTE]
     return "\n".join(lines)
 
 

@@ -56,8 +56,8 @@ N_BINS = 10  # the platform's ECE (the protocol's reference number of bins)
 HALF = 0.5
 PAIRED_METRICS = ("auroc", "accuracy@0.5", "accuracy@youden", "ece", "brier")
 # The paired metric name -> the platform metric it computes; the threshold is 0.5 unless it is "@youden".
-PLATFORM_METRIC = {"auroc": "auroc", "accuracy@0.5": "accuracy", "accuracy@youden": "accuracy", "ece": "ece",
-                   "brier": "brier"}
+PLATFORM_METRIC = {"auroc": "auroc", "auprc": "auprc", "accuracy@0.5": "accuracy", "accuracy@youden": "accuracy",
+                   "ece": "ece", "brier": "brier"}
 DOMAINS = ("in_domain", "out_of_domain")
 
 
@@ -96,24 +96,29 @@ class PairedDelta:
 
 def paired_deltas(y_true, base_score, adapted_score, *, base_threshold: float | None,
                   adapted_threshold: float | None, seed: int, n_resamples: int = 1000,
-                  alpha: float = 0.05) -> dict[str, PairedDelta]:
-    """Adapted minus base for each metric of ``PAIRED_METRICS``, with the paired bootstrap interval and p-value.
+                  alpha: float = 0.05, metrics: tuple[str, ...] = PAIRED_METRICS,
+                  sides: tuple[str, str] = ("base", "adapted")) -> dict[str, PairedDelta]:
+    """Adapted minus base for each of ``metrics`` (default ``PAIRED_METRICS``; ``auprc`` may be asked too), with
+    the paired bootstrap interval and p-value.
 
     ``base_threshold`` / ``adapted_threshold``: each score vector's Youden threshold from its own training split
     (None or NaN: ``accuracy@youden`` is undefined). Resamples: ``n_resamples`` label-stratified draws from
-    ``seed``, shared by both score vectors.
+    ``seed``, shared by both score vectors. ``sides`` names the two score vectors in the reasons.
     """
+    unknown = [name for name in metrics if name not in PLATFORM_METRIC]
+    if unknown:
+        raise ValueError(f"unknown paired metric(s) {unknown}; known: {sorted(PLATFORM_METRIC)}")
     y, base = as_arrays(y_true, base_score)
     _, adapted = as_arrays(y, adapted_score)  # also checks that it has one score per label
     thresholds = {"base": _usable_threshold(base_threshold), "adapted": _usable_threshold(adapted_threshold)}
-    points = {side: _points(y, s, thresholds[side], side)
-              for side, s in (("base", base), ("adapted", adapted))}
-    wanted = [name for name in PAIRED_METRICS if points["base"][name].defined and points["adapted"][name].defined]
+    points = {side: _points(y, s, thresholds[side], name, metrics)
+              for side, s, name in (("base", base, sides[0]), ("adapted", adapted, sides[1]))}
+    wanted = [name for name in metrics if points["base"][name].defined and points["adapted"][name].defined]
     replicates = _paired_replicates(y, base, adapted, thresholds, wanted, n_resamples, seed)
     n, n_pos = len(y), int(y.sum())
-    return {name: _paired_delta(name, points["base"][name], points["adapted"][name], replicates.get(name),
-                                n, n_pos, alpha)
-            for name in PAIRED_METRICS}
+    return {name: paired_delta(name, points["base"][name], points["adapted"][name], replicates.get(name),
+                               n, n_pos, alpha)
+            for name in metrics}
 
 
 def _usable_threshold(threshold) -> float | None:
@@ -124,10 +129,11 @@ def _usable_threshold(threshold) -> float | None:
     return threshold if math.isfinite(threshold) else None
 
 
-def _points(y: np.ndarray, s: np.ndarray, youden: float | None, side: str) -> dict[str, Value]:
-    """The point value of every paired metric for one score vector (``side`` names it in the reasons)."""
+def _points(y: np.ndarray, s: np.ndarray, youden: float | None, side: str, metrics: tuple[str, ...]
+            ) -> dict[str, Value]:
+    """The point value of each of ``metrics`` for one score vector (``side`` names it in the reasons)."""
     out = {}
-    for name in PAIRED_METRICS:
+    for name in metrics:
         if name == "accuracy@youden" and youden is None:
             out[name] = Value(None, f"no Youden threshold for the {side} scores (its training split gave none)")
             continue
@@ -161,9 +167,10 @@ def _replicates(y: np.ndarray, s: np.ndarray, counts: np.ndarray, youden: float 
     return out
 
 
-def _paired_delta(name: str, base: Value, adapted: Value, replicates: np.ndarray | None, n: int, n_pos: int,
-                  alpha: float) -> PairedDelta:
-    """The ``PairedDelta`` of one metric from its two point values and its replicate deltas."""
+def paired_delta(name: str, base: Value, adapted: Value, replicates: np.ndarray | None, n: int, n_pos: int,
+                 alpha: float = 0.05) -> PairedDelta:
+    """The ``PairedDelta`` of one metric from its two point values and its replicate deltas (``adapted - base``
+    per resample; None when a point value is undefined): the percentile interval and the bootstrap p-value."""
     sides = {"base": base.value, "adapted": adapted.value, "n": n, "n_pos": n_pos}
     if replicates is None:
         reason = "; ".join(value.reason for value in (base, adapted) if not value.defined)

@@ -11,7 +11,9 @@ For every configuration (model, dataset, task, method, train dataset) on the tes
   the gaps (max - min over groups), the equalized-odds gap max(TPR gap, FPR gap) and the worst-group AUROC,
   and for two-group attributes the signed difference (e.g. `sex:F-M`), whose interval says whether there is
   an effect at all (a max - min gap is never below zero, so its interval cannot contain it);
-  groups below 10 images are skipped with the reason, attributes without metadata are a row with the reason;
+  groups below 10 images are skipped with the reason, attributes without metadata are a row with the reason,
+  and an attribute whose coverage check failed keeps every row it would have (same groups, n and ids), each
+  without a value and with the check's reason (`withheld`);
 - quality: the same per-group metrics on adequate vs inadequate images and their gap adequate - inadequate
   (groups of at least 5).
 
@@ -370,11 +372,14 @@ def _labelled(values: pd.Series, conditions: list) -> pd.Series:
 
 def metric_rows(predictions: pd.DataFrame, metadata: pd.DataFrame, coverage: dict[str, bool],
                 settings: Settings = Settings(), axes: tuple[str, ...] = AXES,
-                reasons: dict[str, str] | None = None) -> pd.DataFrame:
+                reasons: dict[str, str] | None = None, say=None, what: str = "metric rows",
+                withheld: dict[str, str] | None = None) -> pd.DataFrame:
     """The metric rows of the predictions' test split on the chosen axes (metadata: image_id + age, sex,
-    quality, camera; coverage: column -> whether the axes group by it; reasons: column -> why not)."""
+    quality, camera; coverage: column -> whether the axes group by it; reasons: column -> why not; withheld:
+    column -> why the rows grouped by it carry no value). `say` gets progress lines over the configurations,
+    named `what` (focus_dagster/progress.py)."""
     with _single_threaded_blas():
-        return _metric_rows(predictions, metadata, coverage, settings, axes, reasons)
+        return _metric_rows(predictions, metadata, coverage, settings, axes, reasons, say, what, withheld)
 
 
 def _single_threaded_blas():
@@ -385,13 +390,17 @@ def _single_threaded_blas():
     return threadpool_limits(1, user_api="blas")
 
 
-def _metric_rows(predictions, metadata, coverage, settings, axes, reasons) -> pd.DataFrame:
+def _metric_rows(predictions, metadata, coverage, settings, axes, reasons, say=None, what="metric rows",
+                 withheld=None) -> pd.DataFrame:
     from focus_dagster.evaluation.bootstrap import Resamples, resample_counts
     from focus_dagster.evaluation.metrics import as_labels
+    from focus_dagster.progress import Progress
 
     test = predictions[predictions["split"] == "test"].merge(metadata, on="image_id", how="left")
     rows = []
-    for key, frame in test.groupby(CONFIG_COLUMNS, dropna=False, sort=True):
+    configurations = test.groupby(CONFIG_COLUMNS, dropna=False, sort=True)
+    progress = Progress(what, configurations.ngroups, "configurations", say)
+    for key, frame in configurations:
         config = {c: (None if pd.isna(v) else v) for c, v in zip(CONFIG_COLUMNS, key)}
         frame = frame.reset_index(drop=True)
         y, s = as_labels(frame["label"].to_numpy(dtype=int)), frame["score"].to_numpy(dtype=float)
@@ -403,8 +412,9 @@ def _metric_rows(predictions, metadata, coverage, settings, axes, reasons) -> pd
         if "performance" in axes:
             found += configuration_rows(config, y, s, None if pd.isna(threshold) else float(threshold), resamples)
         if _in_domain(config) and {"fairness", "quality"} & set(axes):
-            found += _group_axes(config, frame, y, coverage, resamples, axes, reasons or {})
+            found += _group_axes(config, frame, y, coverage, resamples, axes, reasons or {}, withheld or {})
         rows += _flag_degenerate(found, y)
+        progress.advance()
     return typed(pd.DataFrame(rows, columns=METRIC_COLUMNS))
 
 
@@ -420,9 +430,10 @@ def _flag_degenerate(rows: list, y: np.ndarray) -> list:
     return [{**row, "degenerate": degenerate, "degenerate_reason": reason} for row in rows]
 
 
-def _group_axes(config, frame, y, coverage, resamples, axes, reasons) -> list:
+def _group_axes(config, frame, y, coverage, resamples, axes, reasons, withheld) -> list:
     """The fairness and quality rows of one in-domain configuration (those of the chosen axes): the replicates
-    of every group of every attribute at once (`bootstrap.Resamples.attributes`), then the rows in order."""
+    of every group of every attribute at once (`bootstrap.Resamples.attributes`), then the rows in order, those
+    of a withheld column without their values."""
     found = []  # a row, or an Attribute whose rows go there
     if "fairness" in axes:
         for attribute, groups in fairness_attributes(frame, coverage, reasons).items():
@@ -443,8 +454,25 @@ def _group_axes(config, frame, y, coverage, resamples, axes, reasons) -> list:
     replicates = iter(resamples.attributes([(a.codes, len(a.usable)) for a in attributes]))  # in that order
     rows = []
     for item in found:
-        rows += group_rows(config, item, frame, resamples, next(replicates)) if isinstance(item, Attribute) else [item]
+        if isinstance(item, Attribute):
+            rows += _withhold(group_rows(config, item, frame, resamples, next(replicates)),
+                              withheld.get(_column(item.name)))
+        else:
+            rows.append(item)
     return rows
+
+
+def _column(attribute: str) -> str:
+    """The metadata column an analysed attribute groups by (both age splits read `age`)."""
+    return "age" if attribute.startswith("age_") else attribute
+
+
+def _withhold(rows: list, reason: str | None) -> list:
+    """The rows of an attribute whose coverage check failed: computed as any other attribute's, so that the same
+    rows (groups, n, ids) exist, then emptied of their values, each with the check's reason instead."""
+    if reason is None:
+        return rows
+    return [{**row, "value": None, "ci_low": None, "ci_high": None, "reason": reason} for row in rows]
 
 
 # A configuration without predictions is one row: its test AUROC, null, with the reason. AUROC because every

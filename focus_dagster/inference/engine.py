@@ -29,6 +29,7 @@ from focus_dagster.inference.device_decode import Decoder, choose_decoder, decod
 from focus_dagster.inference.images import is_colour_jpeg, normalise, pixels_from_bytes
 from focus_dagster.inference.pixel_cache import KnownHashes, PixelCache, content_hash_of, preprocessing_key
 from focus_dagster.models.spec import Preprocess
+from focus_dagster.progress import Progress
 
 SHARD_SIZE = 512
 DECODE_CHUNK = 8  # images per worker task
@@ -176,6 +177,7 @@ def run_on_images(
     pixel_cache: Path | None = None,
     known_hashes: KnownHashes | None = None,
     decoder: Decoder | None = None,
+    what: str = "images",
 ) -> ImageRun:
     """Run `forward` (pixels [B, 3, H, W] -> [B, D] tensor) over `items` ((image_id, absolute path) pairs),
     in batches: an encoder's `embed` gives embeddings, a yes/no scorer gives per-image score vectors.
@@ -190,6 +192,9 @@ def run_on_images(
     `pixel_cache` (a dataset's folder in the artifact store) keeps every decoded image for the next model with
     the same preprocessing; `known_hashes` (the labels' content hashes) spare reading and hashing files that
     have not changed since. `decoder` is chosen from the device unless given (device_decode.choose_decoder).
+
+    `progress` gets a progress line (done / total images of the shards to compute, rate, time left) about every
+    ten seconds and a final one, named `what` (focus_dagster/progress.py); without it the lines go to `ImageRun.log`.
     """
     device = pick_device(device)
     decoder = decoder or choose_decoder(device, preprocess=preprocess)
@@ -205,25 +210,21 @@ def run_on_images(
     work_dir.mkdir(parents=True, exist_ok=True)
     shards = [list(items[i : i + shard_size]) for i in range(0, len(items), shard_size)]
     keys = [shard_key(fingerprint, shard) for shard in shards]
-    started, reused, computed, images_computed = time.perf_counter(), 0, 0, 0
+    started, computed, images_computed = time.perf_counter(), 0, 0
     origins: dict[str, int] = {}
     log: list[str] = []
-    say = progress or log.append
-    for index, (shard, key) in enumerate(zip(shards, keys)):
-        path = work_dir / f"{SHARD_PREFIX}{index:05d}-{key}.npz"
-        if path.exists():
-            reused += 1
-            continue
-        if stop_after_shards is not None and computed >= stop_after_shards:
-            break
-        batch_size = _compute_shard(forward, shard, files, path, device, batch_size, num_workers, pass_ids, origins)
+    paths = [work_dir / f"{SHARD_PREFIX}{index:05d}-{key}.npz" for index, key in enumerate(keys)]
+    todo = [(shard, path) for shard, path in zip(shards, paths) if not path.exists()]
+    reused = len(shards) - len(todo)
+    todo = todo if stop_after_shards is None else todo[:stop_after_shards]
+    # Counted per batch, over the images still to compute: reused shards cost nothing and say nothing of the rate.
+    tracker = Progress(what, sum(len(shard) for shard, _ in todo), "images", progress or log.append)
+    for shard, path in todo:
+        batch_size = _compute_shard(forward, shard, files, path, device, batch_size, num_workers, pass_ids, origins,
+                                    tracker.advance)
         computed += 1
         images_computed += len(shard)
-        done = sum(len(s) for s in shards[: index + 1])
-        elapsed = time.perf_counter() - started
-        rate = images_computed / elapsed if elapsed else 0.0
-        eta = (len(items) - done) / rate if rate else float("nan")
-        say(f"{done}/{len(items)} images, {rate:.1f} images/s, ETA {eta:.0f}s")
+    tracker.finish()
     _remove_stale_shards(work_dir, keys)
     ids, outputs, failed = _collect(work_dir, keys)
     return ImageRun(ids, outputs, failed, device, batch_size, time.perf_counter() - started, reused, computed,
@@ -246,9 +247,10 @@ def shard_key(fingerprint: str, shard: Sequence[tuple[str, str]]) -> str:
 
 
 def _compute_shard(forward, shard, files: Callable[[list[str]], ImageFiles], path: Path, device: str, batch_size: int, num_workers: int,
-                   pass_ids: bool = False, origins: dict[str, int] | None = None) -> int:
+                   pass_ids: bool = False, origins: dict[str, int] | None = None,
+                   advance: Callable[[int], None] = lambda _n: None) -> int:
     """Run one shard and write it atomically; returns the batch size that worked (it may have halved).
-    `origins` counts where each image's pixels came from."""
+    `origins` counts where each image's pixels came from; `advance(n)` is told of every n images done."""
     ids = [image_id for image_id, _ in shard]
     forward = _with_ids(forward, ids) if pass_ids else _pixels_only(forward)
     dataset = files([p for _, p in shard])
@@ -265,11 +267,14 @@ def _compute_shard(forward, shard, files: Callable[[list[str]], ImageFiles], pat
                 failures[fetched.index] = fetched.error
             else:
                 pending.append(fetched)
+        advance(sum(1 for fetched in chunk if fetched.error))  # an unreadable image is done too
         if len(pending) >= batch_size:
             batch_size = _run_pending(forward, pending, dataset, rows, failures, origins, device, batch_size)
+            advance(len(pending))
             pending = []
     if pending:
         batch_size = _run_pending(forward, pending, dataset, rows, failures, origins, device, batch_size)
+        advance(len(pending))
     order = sorted(rows)
     matrix = np.stack([rows[i] for i in order]) if order else np.zeros((0, 0), dtype=np.float32)
     # The array keeps its first name, "embeddings", so shards written before still resume.

@@ -126,7 +126,8 @@ def train_adapter(mllm: LoadedMLLM, examples: Sequence[Example], settings: LoraS
 
     Checkpoints go to `work_dir/checkpoint` and are resumed from when their fingerprint matches (and removed
     once the adapter is saved). `progress` receives a line per optimizer step (about STEP_LINES per run),
-    checkpoint, resume and out-of-memory retry.
+    checkpoint, resume and out-of-memory retry, and the examples' progress lines (done / total, rate, time left,
+    about every ten seconds: focus_dagster/progress.py).
     """
     import torch
 
@@ -250,7 +251,12 @@ class _Trainer:
 
     def run(self) -> None:
         """Optimizer steps until the plan is done, a checkpoint every `checkpoint_every` (none after the last)."""
+        from focus_dagster.progress import Progress as Tracker
+
         self.model.train()
+        # Over the examples still to learn from (a resumed run's earlier steps are done already).
+        remaining = sum(len(self.step_examples(step)) for step in range(self.progress.step, self.total))
+        tracker = Tracker(f"lora {self.mllm.spec.id} training", remaining, "examples", self.say)
         while self.progress.step < self.total:
             indices = self.step_examples(self.progress.step)
             loss = self.optimizer_step(indices)
@@ -258,6 +264,7 @@ class _Trainer:
             state.step += 1
             state.losses.append(loss)
             state.examples_seen += len(indices)
+            tracker.advance(len(indices))
             if state.step % max(1, self.total // STEP_LINES) == 0 or state.step == self.total:
                 self.say(f"step {state.step}/{self.total}: loss {loss:.4f} "
                          f"({len(indices)} examples, micro-batch {state.micro_batch} x {state.accumulation})")

@@ -346,19 +346,32 @@ def lora_means(deltas: pd.DataFrame) -> pd.DataFrame:
 COVERAGE_AXES = ("performance", "calibration", "fairness", "quality", "transfer", "lora")
 
 
-def coverage(frame: pd.DataFrame, effects: pd.DataFrame | None, datasets: list[str]) -> pd.DataFrame:
+def coverage(frame: pd.DataFrame, effects: pd.DataFrame | None, datasets: list[str],
+             notes: dict[str, dict[str, list[str]]] | None = None) -> pd.DataFrame:
     """Which dataset contributes to which axis: per dataset and axis, 'yes' when at least one number is defined;
-    otherwise 'no' and the reasons of its empty rows (or that no row exists)."""
+    otherwise 'no' and the reasons of its empty rows (or that no row exists). `notes` (dataset -> axis -> what a
+    check upstream said of its rows, e.g. an attribute below its coverage floor) come first in the reason, even
+    of a covered cell: its other numbers stand, those of the attribute named are withheld."""
     rows = []
     for dataset in datasets:
         for axis in COVERAGE_AXES:
             mine = _axis_rows(frame, effects, dataset, axis)
             defined = mine[_value_column(axis)].notna() if len(mine) else pd.Series(dtype=bool)
-            reasons = sorted(set(mine.loc[~defined, "reason"].dropna())) if len(mine) else []
+            noted = ((notes or {}).get(dataset) or {}).get(axis) or []
+            reasons = sorted(set(mine.loc[~defined, "reason"].dropna()) - set(noted)) if len(mine) else []
             rows.append({"dataset": dataset, "axis": axis, "covered": "yes" if defined.any() else "no",
-                         "reason": "" if defined.any() else ("; ".join(reasons[:3]) + (" ..." if len(reasons) > 3 else "")
-                                                             if reasons else _no_rows(axis, dataset))})
+                         "reason": _cell_reason(noted, [] if defined.any() else reasons, defined.any(), axis,
+                                                dataset)})
     return pd.DataFrame(rows, columns=["dataset", "axis", "covered", "reason"])
+
+
+def _cell_reason(noted: list[str], reasons: list[str], covered: bool, axis: str, dataset: str) -> str:
+    """The checks' notes, then up to three reasons of the empty rows; that no row exists when nothing explains an
+    empty cell."""
+    listed = noted + reasons[:3]
+    if not listed:
+        return "" if covered else _no_rows(axis, dataset)
+    return "; ".join(listed) + (" ..." if len(reasons) > 3 else "")
 
 
 def empty_numbers(frame: pd.DataFrame, effects: pd.DataFrame | None) -> pd.DataFrame:

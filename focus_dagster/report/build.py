@@ -35,6 +35,9 @@ class ReportInputs:
     read_samples: Callable[[list[str]], pd.DataFrame]
     sources: dict[str, str] = field(default_factory=dict)  # "asset[partition]" -> lineage stamp id read
     header: list[str] = field(default_factory=list)
+    comparisons: pd.DataFrame | None = None  # metrics.comparisons: the model pairs focus.yaml declares
+    # dataset -> axis -> what the coverage checks of group_attributes said of its rows (labels/coverage.axis_notes)
+    attribute_notes: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -56,13 +59,23 @@ class Report:
         return ids
 
 
-def build_report(inputs: ReportInputs) -> Report:
+def build_report(inputs: ReportInputs, say: Callable[[str], None] | None = None) -> Report:
+    """Every section from the inputs, then the page; `say` gets progress lines over the sections (each draws a
+    figure, the slow part)."""
+    from focus_dagster.progress import Progress
+
     frame = arena.with_families(inputs.metrics, inputs.models)
-    sections = [
-        _spider(frame), _method_means(frame), _general_vs_ophthalmic(frame, inputs.datasets), _task_cliff(frame),
-        _mllm(frame), _transfer(frame), _reliability(frame, inputs.read_samples),
-        _lora(inputs.effects, inputs.models), _coverage(frame, inputs.effects, inputs.unavailable, inputs.datasets),
+    builders = [
+        lambda: _spider(frame), lambda: _method_means(frame), lambda: _general_vs_ophthalmic(frame, inputs.datasets),
+        lambda: _task_cliff(frame), lambda: _mllm(frame), lambda: _transfer(frame),
+        lambda: _reliability(frame, inputs.read_samples), lambda: _lora(inputs.effects, inputs.models),
+        lambda: _comparisons(inputs.comparisons),
+        lambda: _coverage(frame, inputs.effects, inputs.unavailable, inputs.datasets, inputs.attribute_notes),
     ]
+    progress, sections = Progress("arena report", len(builders), "sections", say), []
+    for build in builders:
+        sections.append(build())
+        progress.advance()
     example = _trace_example(frame)
     text = page(TITLE, inputs.header, sections, example)
     return Report(sections, text, dict(inputs.sources))
@@ -249,13 +262,40 @@ def _lora(effects: pd.DataFrame | None, models: dict) -> Section:
                                 deltas, columns, ids, formats)])
 
 
-def _coverage(frame, effects, unavailable, datasets) -> Section:
-    table = arena.coverage(frame, effects, datasets)
+def _comparisons(comparisons: pd.DataFrame | None) -> Section:
+    """The declared model pairs: every delta A - B with its interval, p and q (the CSV holds every row)."""
+    table = comparisons if comparisons is not None else pd.DataFrame(columns=[*COMPARISON_COLUMNS, "metric_id"])
+    reading = ["Model A minus model B on the same test images (paired bootstrap), for the pairs `compare:` of "
+               "focus.yaml declares; q: Benjamini-Hochberg per pair and metric over its configurations."]
+    auroc = table[(table["metric"] == "auroc") & (table["group"] == "") & table["delta"].notna()]
+    for (a, b), rows in auroc.groupby(["model_a", "model_b"], sort=True):
+        wins = int(((rows["q_value"] < 0.05) & (rows["delta"] > 0)).sum())
+        losses = int(((rows["q_value"] < 0.05) & (rows["delta"] < 0)).sum())
+        reading += [f" {a} vs {b}: mean Δ AUROC ", Num(rows["delta"].mean(), " ".join(rows["metric_id"]), "+.3f"),
+                    f" over {len(rows)} configuration(s); A higher at q < 0.05 in {wins}, lower in {losses}."]
+    if table.empty:
+        reading = ["No model pair is compared: declare pairs as `compare: [[A, B]]` in focus.yaml (the "
+                   "model_comparisons asset), or run `focus compare A B` for any two models."]
+    ids = {c: "metric_id" for c in ("a", "b", "delta", "ci_low", "ci_high", "p_value", "q_value")}
+    formats = {"delta": "+.3f", "ci_low": "+.3f", "ci_high": "+.3f", "p_value": ".3g", "q_value": ".3g"}
+    return Section("comparisons", "Model comparisons: A - B on the same test images", reading, None,
+                   [ReportTable("comparisons", "every delta of every declared pair (metric [group]; a reason where "
+                                "none could be computed)", table, COMPARISON_COLUMNS, ids, formats)])
+
+
+COMPARISON_COLUMNS = ["model_a", "model_b", "dataset", "task", "method", "metric", "group", "a", "b", "delta",
+                      "ci_low", "ci_high", "p_value", "q_value", "reason"]
+
+
+def _coverage(frame, effects, unavailable, datasets, notes=None) -> Section:
+    table = arena.coverage(frame, effects, datasets, notes)
     empty = arena.empty_numbers(frame, effects)
     missing = arena.unavailable_configurations(unavailable, frame)
     covered = int((table["covered"] == "yes").sum())
     reading = [f"{covered} of {len(table)} dataset x axis cells hold at least one number; every empty cell, every "
-               "empty number and every configuration without predictions is listed with its reason."]
+               "empty number and every configuration without predictions is listed with its reason; a fairness or "
+               "quality cell also names each attribute below its coverage floor, with its figure (its rows are kept "
+               "without a value)."]
     return Section("coverage", "Coverage: which dataset feeds which axis, and why a cell is empty", reading,
                    figures.render(figures.draw_coverage, table, width=7, height=0.3 * len(datasets) + 1.6),
                    [ReportTable("coverage", "dataset x axis", table, ["dataset", "axis", "covered", "reason"]),

@@ -37,7 +37,7 @@ from focus_dagster.synthetic import synthesize
 
 TASK = "referable_dr"
 RECORDS = 500
-SETTINGS = LoraSettings(learning_rate=3e-3, epochs=20, micro_batch=8, accumulation=2, checkpoint_every=0,
+SETTINGS = LoraSettings(learning_rate=3e-3, epochs=30, micro_batch=8, accumulation=2, checkpoint_every=0,
                         lr_schedule="constant")
 
 

@@ -1,6 +1,14 @@
-"""Automation conditions shared by the graph's assets."""
+"""Automation conditions shared by the graph's assets, and the data version they compare.
+
+The refresh reacts to changed data, not to new materialisations: each partition reports a data version built from
+its lineage stamp (`data_version`), and an asset follows its inputs when the data version of one of them changed.
+A partition materialised again on unchanged data (from the UI, say) keeps its data version, so nothing below it
+runs again.
+"""
 
 import dagster as dg
+
+from focus_dagster import lineage
 
 # Re-read a dataset when its release version changes (a new observation with the same version does not
 # count, so the daily observation refreshes nothing unless something changed) or when it was never read.
@@ -20,9 +28,26 @@ _RELEASE = dg.AssetSelection.assets("dataset_release")
 _GRAPH_DEPTH = 8
 
 
+def data_version(stamp: dict | None) -> dg.DataVersion | None:
+    """The data version a partition reports with its materialisation (lineage.data_version of its stamp): what it
+    holds and what it was computed from, the same whichever run wrote it."""
+    version = lineage.data_version(stamp)
+    return dg.DataVersion(version) if version else None
+
+
+def _input_changed() -> dg.AutomationCondition:
+    """An input has a new data version since the previous tick, written by a run that did not also plan the target,
+    or it will be requested this tick into the target's run. Dagster's `any_deps_updated` with the data version in
+    place of any update: a materialisation that reproduced the data it replaced is no change."""
+    return dg.AutomationCondition.any_deps_match(
+        (dg.AutomationCondition.data_version_changed() & ~dg.AutomationCondition.executed_with_root_target())
+        | dg.AutomationCondition.will_be_requested()
+    ).with_label("input data changed")
+
+
 def _owes_an_update() -> dg.AutomationCondition:
-    """An input of the target changed after the target was last requested or updated."""
-    return dg.AutomationCondition.any_deps_updated().ignore(_RELEASE).since_last_handled()
+    """The data of an input of the target changed after the target was last requested or updated."""
+    return _input_changed().ignore(_RELEASE).since_last_handled()
 
 
 def _pending(depth: int) -> dg.AutomationCondition:
@@ -41,12 +66,16 @@ UPSTREAM_SETTLED = (
     ~dg.AutomationCondition.any_deps_match(_pending(_GRAPH_DEPTH)).ignore(_RELEASE)
 ).with_label("nothing upstream still to recompute")
 
-# Everything below the records follows its inputs once every blocking check on them has passed (blocking
-# checks gate only within a run; across ticks the gate is in the condition) and once nothing upstream is
-# still to be recomputed, so a refresh reaches every affected partition in order.
+# Everything below the records follows the data of its inputs (eager, on a changed data version rather than on
+# any new materialisation: a records partition materialised again on unchanged data re-ran the labels and the
+# whole GPU chain below them) once every blocking check on them has passed (blocking checks gate only within a
+# run; across ticks the gate is in the condition) and once nothing upstream is still to be recomputed, so a
+# refresh reaches every affected partition in order. A missing partition is still built.
 GATED_EAGER = (
-    dg.AutomationCondition.eager() & dg.AutomationCondition.all_deps_blocking_checks_passed() & UPSTREAM_SETTLED
-).with_label("inputs updated, their blocking checks passed, nothing upstream pending")
+    dg.AutomationCondition.eager().replace("any_deps_updated", _input_changed()).with_label("eager on changed data")
+    & dg.AutomationCondition.all_deps_blocking_checks_passed()
+    & UPSTREAM_SETTLED
+).with_label("input data changed, their blocking checks passed, nothing upstream pending")
 
 
 def definitions(refresh_seconds: int) -> dg.Definitions:

@@ -11,6 +11,12 @@ that a cluster can spread them over its GPU nodes.
 as before. In a run on a range, every partition still gets its own metadata (row counts, versions) and its
 own verdict of each check computed in the step; a partition that fails does not stop the others: the others
 are recorded, and the step then fails naming the partitions that did not make it and why.
+
+Each partition reports its data version (assets/automation.py), so that the refresh follows changed data only.
+A run on one partition, as the refresh sensor launches, and the partitions recorded before a range fails carry
+their own; the partitions of a range that succeeds share the one data version Dagster gives the step's output
+(new with every run: it counts as a change downstream), since an output records one data version, not one per
+partition.
 """
 
 from __future__ import annotations
@@ -20,17 +26,25 @@ from typing import Callable, Iterator
 
 import dagster as dg
 
+from assets.automation import data_version
 from checks.partitions import latest_materialisation, on_partition
 
 SINGLE_RUN = dg.BackfillPolicy.single_run()
+# Where Dagster reads a materialisation's data version from, for those logged by hand (_recorded_before_failing).
+DATA_VERSION_TAG = "dagster/data_version"
 
 
 @dataclass(frozen=True)
 class Materialised:
-    """What one partition's computation reports: metadata per asset it wrote, and its checks' verdicts."""
+    """What one partition's computation reports: metadata per asset it wrote, its checks' verdicts, and the lineage
+    stamp of each asset it wrote (from which its data version comes)."""
 
     metadata: dict[str, dict]
     checks: tuple[dg.AssetCheckResult, ...] = field(default=())
+    stamps: dict[str, dict] = field(default_factory=dict)
+
+    def data_version(self, asset: str) -> dg.DataVersion | None:
+        return data_version(self.stamps.get(asset))
 
 
 def each_dataset(context: dg.AssetExecutionContext, materialise: Callable[[str], Materialised]) -> Iterator:
@@ -55,7 +69,7 @@ def each_dataset(context: dg.AssetExecutionContext, materialise: Callable[[str],
 
 def _one_partition(result: Materialised) -> Iterator:
     for asset, metadata in result.metadata.items():
-        yield dg.MaterializeResult(asset_key=asset, metadata=metadata)
+        yield dg.MaterializeResult(asset_key=asset, metadata=metadata, data_version=result.data_version(asset))
     yield from result.checks
 
 
@@ -76,7 +90,10 @@ def _recorded_before_failing(context: dg.AssetExecutionContext, done: dict[str, 
     """The datasets that did make it, recorded as materialised (with their verdicts) although the step fails."""
     for dataset, result in done.items():
         for asset, metadata in result.metadata.items():
-            context.log_event(dg.AssetMaterialization(asset_key=asset, partition=dataset, metadata=metadata))
+            # Without a stamp, new with the run, as the version Dagster gives an output: it counts as a change.
+            version = result.data_version(asset) or dg.DataVersion(context.run_id)
+            context.log_event(dg.AssetMaterialization(asset_key=asset, partition=dataset, metadata=metadata,
+                                                      tags={DATA_VERSION_TAG: version.value}))
     yield from _verdicts(context, done)
 
 

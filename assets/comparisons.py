@@ -10,6 +10,7 @@ from assets.partitions import Registered
 from focus_dagster import lineage
 from focus_dagster.errors import ConfigError
 from focus_dagster.evaluation.comparisons import ComparisonError
+from focus_dagster.markup import md_text
 from focus_dagster.version import code_version
 from resources import FocusStorage, layout
 
@@ -83,10 +84,11 @@ def auroc_markdown(table) -> str:
         return "no comparison"
     lines = ["| A | B | dataset | task | method | A AUROC | B AUROC | delta (95% CI) | q | reason | metric_id |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows.itertuples():
-        lines.append(f"| {r.model_a} | {r.model_b} | {r.dataset} | {r.task} | {r.method} | {fmt(r.a)} | {fmt(r.b)} | "
+    for r in rows.itertuples():  # names and reasons escaped: they carry model ids and dataset keys of the user's
+        names = " | ".join(md_text(name) for name in (r.model_a, r.model_b, r.dataset, r.task, r.method))
+        lines.append(f"| {names} | {fmt(r.a)} | {fmt(r.b)} | "
                      f"{fmt(r.delta)} ({fmt(r.ci_low)} to {fmt(r.ci_high)}) | {fmt(r.q_value)} | "
-                     f"{r.reason or ''} | `{r.metric_id}` |")
+                     f"{md_text(r.reason or '')} | `{r.metric_id}` |")
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ from checks.records import build_record_checks
 from focus_dagster import lineage
 from focus_dagster.datasets import ReadResult, dataset_info
 from focus_dagster.datasets.records import NOTE_COLUMNS
+from focus_dagster.markup import md_text
 from focus_dagster.version import code_version
 from resources import DatasetRoots, FocusStorage, layout
 
@@ -118,7 +119,7 @@ def _read_records(context, key: str, datasets: DatasetRoots, storage: FocusStora
                                             (layout.IMAGE_NOTES, key, _notes_frame(result))], stamp=stamp)
     context.log.info(result.accounting_line())
     return Materialised({"dataset_records": _records_metadata(result, table, release.version)
-                         | {"lineage_version": stamp["version"]}})
+                         | {"lineage_version": stamp["version"]}}, stamps={"dataset_records": stamp})
 
 
 def _release_stamp(datasets: DatasetRoots, key: str, fingerprint, run_id: str) -> dict:
@@ -174,7 +175,9 @@ def _unlisted_frame(result: ReadResult) -> pd.DataFrame:
 
 
 def _preview(records: pd.DataFrame, rows: int = 5, columns: int = 10) -> str:
+    """The first rows as a Markdown table; names and values come from the user's files, so each is escaped (a
+    camera value or a column name shows as written in any Markdown viewer, never as markup)."""
     head = records.iloc[:rows, :columns].astype(str)
-    lines = ["| " + " | ".join(head.columns) + " |", "|" + "---|" * len(head.columns)]
-    lines += ["| " + " | ".join(row) + " |" for row in head.itertuples(index=False)]
+    lines = ["| " + " | ".join(md_text(name) for name in head.columns) + " |", "|" + "---|" * len(head.columns)]
+    lines += ["| " + " | ".join(md_text(value) for value in row) + " |" for row in head.itertuples(index=False)]
     return "\n".join(lines)

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 import dagster as dg
 import pandas as pd
 
-from assets.automation import GATED_EAGER
+from assets.automation import GATED_EAGER, data_version
 from assets.backfill import SINGLE_RUN, Materialised, each_dataset
 from assets.partitions import (
     BY_DATASET,
@@ -166,7 +166,7 @@ def _probe_asset(partitions: dg.MultiPartitionsDefinition):
             "path": dg.MetadataValue.path(str(path)),
             "sha256": sha,
             "lineage_version": stamp["version"],
-        })
+        }, data_version=data_version(stamp))
 
     return probe_predictions
 
@@ -252,7 +252,7 @@ def _assemble_predictions(context, dataset: str, storage: FocusStorage, specs: d
         "unavailable": dg.MetadataValue.json(_unavailable_summary(gaps)),
         "predictions_version": version,
         "labels_version": labels_stamp["version"] if labels_stamp else "",
-    }})
+    }}, stamps={"predictions": partition_stamp})
 
 
 def _sources(specs: dict, adapted: list):
@@ -464,7 +464,7 @@ def _dataset_metrics(context, dataset: str, config: MetricsConfig, storage: Focu
     stamp = lineage.stamp("metrics", dataset, context.run_id, lineage.frame_version(table, VALUE_COLUMNS),
                           code_version=code_version(), inputs={"predictions": predictions_stamp})
     storage.replace_partition(layout.METRICS, dataset, table, stamp=stamp)
-    return Materialised({"metrics": metrics_metadata(table, len(unavailable), checks)})
+    return Materialised({"metrics": metrics_metadata(table, len(unavailable), checks)}, stamps={"metrics": stamp})
 
 
 # What a metric table's version covers: the numbers, not the run that computed them.

@@ -114,7 +114,8 @@ def _attributes(context, dataset: str, storage: FocusStorage) -> Materialised:
     summary = coverage.summary()
     return Materialised({"group_attributes": {"dagster/row_count": len(frame),
                                               "coverage": dg.MetadataValue.json(summary["attributes"])}},
-                        (_coverage_verdict(coverage, summary), _usable_verdict(coverage)))
+                        (_coverage_verdict(coverage, summary), _usable_verdict(coverage)),
+                        stamps={"group_attributes": stamp})
 
 
 def _coverage_verdict(coverage, summary: dict) -> dg.AssetCheckResult:
@@ -182,7 +183,7 @@ def _axis_metrics(context, dataset: str, axis: str, config: MetricsConfig, stora
         "dagster/row_count": len(table), "defined_rows": int(defined.sum()),
         "attributes": dg.MetadataValue.json({a: "grouped" if usable.get(a) else withheld.get(a) or reasons.get(
             a, "no value") for a in ATTRIBUTES}),
-    }})
+    }}, stamps={f"{axis}_metrics": stamp})
 
 
 def _usable_attributes(dataset: str, predictions: dict | None, attributes: dict | None

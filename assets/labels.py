@@ -8,6 +8,7 @@ from assets.partitions import MLLMS, Registered
 from checks.labels import build_label_checks
 from focus_dagster import lineage
 from focus_dagster.labels import LabelResult, harmonise
+from focus_dagster.markup import md_text
 from focus_dagster.version import code_version
 from resources import DatasetRoots, FocusStorage, layout
 
@@ -82,7 +83,10 @@ def _harmonise(context, key: str, datasets: DatasetRoots, storage: FocusStorage)
     metadata = labels_metadata(result) | {"export": dg.MetadataValue.path(str(export)), "export_sha256": export_sha,
                                           "labels_version": stamp["version"],
                                           "release_version": lineage.fact(read, "inputs", "release", "version")}
-    return Materialised({"harmonised_labels": metadata, "label_rejects": rejects_metadata(result)})
+    # The rejects share the labels' commit and inputs; their own content makes their data version.
+    rejects_stamp = stamp | {"version": lineage.frame_version(result.rejects)}
+    return Materialised({"harmonised_labels": metadata, "label_rejects": rejects_metadata(result)},
+                        stamps={"harmonised_labels": stamp, "label_rejects": rejects_stamp})
 
 
 def labels_stamp(result: LabelResult, dataset: str, run_id: str, records: dict | None) -> dict:
@@ -98,7 +102,8 @@ def labels_metadata(result: LabelResult) -> dict:
         "dagster/row_count": len(result.labels),
         "dagster/table_name": layout.LABELS.qualified,
         "label_rule": result.rule.id,
-        "rule": dg.MetadataValue.md(f"**{result.rule.id}**: {result.rule.description}"),
+        # a declared dataset's rule is described with its own column names and values: escaped
+        "rule": dg.MetadataValue.md(f"**{md_text(result.rule.id)}**: {md_text(result.rule.description)}"),
         "split_method": result.split_method,
         "split_source": result.split_source or "",
         "split_report": dg.MetadataValue.json(result.split_report),

@@ -5,7 +5,7 @@ import json
 
 import dagster as dg
 
-from assets.automation import GATED_EAGER
+from assets.automation import GATED_EAGER, data_version
 from assets.kubernetes import gpu_op_tags
 from assets.mllm import YesNoOutput, YesNoRunConfig, score_yes_no
 from assets.models import MODEL_GROUP, checkpoint_audit_result, checkpoint_audit_spec
@@ -111,9 +111,9 @@ def _train(context, storage: FocusStorage, adapter: AdapterKey, examples: Traini
         settings, storage.artifact_path(layout.ADAPTERS.work(adapter.key)), device=device, progress=context.log.info,
     )
     version = file_sha256(trained.folder / ADAPTER_WEIGHTS)  # the adapter's identity
-    manifest = _manifest(adapter, examples, settings, trained, mllm, questions_version, lineage.stamp(
-        "lora_adapters", adapter.key, context.run_id, version, code_version=code_version(), inputs=inputs,
-        model=lineage.model_facts(mllm.spec, mllm.report)))
+    stamp = lineage.stamp("lora_adapters", adapter.key, context.run_id, version, code_version=code_version(),
+                          inputs=inputs, model=lineage.model_facts(mllm.spec, mllm.report))
+    manifest = _manifest(adapter, examples, settings, trained, mllm, questions_version, stamp)
     destination = storage.artifact_path(layout.ADAPTERS.adapter(adapter.key))
     sha = write_adapter(trained, destination, manifest, sha256=version)
     storage.artifact_path(layout.ADAPTERS.skipped(adapter.key)).unlink(missing_ok=True)
@@ -127,7 +127,7 @@ def _train(context, storage: FocusStorage, adapter: AdapterKey, examples: Traini
         "examples_per_second": round(trained.examples_per_second, 2), "seconds": round(trained.seconds, 1),
         "device": trained.device, "micro_batch": trained.micro_batch, "accumulation": trained.accumulation,
         "resumed_from_step": trained.resumed_from_step, "settings": dg.MetadataValue.json(settings.as_dict()),
-    })
+    }, data_version=data_version(stamp))
 
 
 def _manifest(adapter: AdapterKey, examples: TrainingSet, settings, trained, mllm, questions_version: str,
@@ -161,7 +161,8 @@ def _no_adapter(context, storage: FocusStorage, adapter: AdapterKey, examples: T
     shutil.rmtree(storage.artifact_path(layout.ADAPTERS.adapter(adapter.key)), ignore_errors=True)
     context.log.warning(f"{adapter.key}: no adapter: {reason}")
     yield dg.MaterializeResult(metadata={"adapter": "none", "reason": reason, "path": dg.MetadataValue.path(str(path)),
-                                         "positives": examples.positives, "negatives": examples.negatives})
+                                         "positives": examples.positives, "negatives": examples.negatives},
+                               data_version=data_version(record["lineage"]))
     yield dg.AssetCheckResult(check_name="checkpoint_audit", passed=True,
                               metadata={"note": "no model loaded: nothing to train on"})
 
@@ -217,7 +218,7 @@ def _adapted_asset(partitions: dg.StaticPartitionsDefinition, scored: list[Evalu
         device = pick_device()
         mllm = load_adapted(models.load_mllm(adapter.model, device), folder)
         adapter_sha = manifest["adapter_model_sha256"]  # load_adapted checked the file against it
-        metadata = score_yes_no(
+        metadata, stamp = score_yes_no(
             context, output, mllm, datasets, storage, registered.questions, labels, asked, [adapter.task], device,
             config.answer_tokens, inputs={"labels": labels_stamp, "questions": questions_stamp,
                                           "adapter": manifest["lineage"]},
@@ -225,7 +226,8 @@ def _adapted_asset(partitions: dg.StaticPartitionsDefinition, scored: list[Evalu
                                                          "training_dataset": adapter.dataset})
         return dg.MaterializeResult(metadata={**metadata, "adapter": adapter.key, "adapter_sha256": adapter_sha,
                                               "in_domain": evaluation.in_domain,
-                                              "training_dataset": adapter.dataset})
+                                              "training_dataset": adapter.dataset},
+                                    data_version=data_version(stamp))
 
     return adapted_token_probabilities
 

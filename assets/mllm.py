@@ -8,7 +8,7 @@ import dagster as dg
 import pandas as pd
 from pydantic import Field
 
-from assets.automation import GATED_EAGER
+from assets.automation import GATED_EAGER, data_version
 from assets.backfill import SINGLE_RUN, Materialised, each_dataset
 from assets.kubernetes import gpu_op_tags
 from assets.models import (
@@ -24,6 +24,7 @@ from checks.conditions import WITH_ITS_ASSET
 from focus_dagster import lineage
 from focus_dagster.labels import TASKS, defined_tasks
 from focus_dagster.labels.rule_lookup import rule_for
+from focus_dagster.markup import md_text
 from focus_dagster.models.preprocessing import preprocess_fingerprint
 from focus_dagster.models.spec import CheckpointError
 from focus_dagster.questions import QuestionBook, find_leaks, unknown_fields
@@ -123,7 +124,7 @@ def _render_questions(context, dataset: str, book: QuestionBook, storage: FocusS
         metadata={"leaks": dg.MetadataValue.json([leak.__dict__ for leak in leaks]),
                   "questions_checked": len(questions), "label_columns": list(rule_for(dataset).label_columns)},
     )
-    return Materialised({"yes_no_questions": metadata}, (leak_check,))
+    return Materialised({"yes_no_questions": metadata}, (leak_check,), stamps={"yes_no_questions": stamp})
 
 
 def _context_rows(storage: FocusStorage, dataset: str, labels: pd.DataFrame, questions) -> pd.DataFrame:
@@ -144,8 +145,9 @@ def _context_rows(storage: FocusStorage, dataset: str, labels: pd.DataFrame, que
 
 
 def _questions_table(questions) -> str:
+    """The questions asked, as Markdown; their text comes from focus.yaml, so it is escaped."""
     lines = ["| task | id | question |", "|---|---|---|"]
-    lines += [f"| {q.task} | `{q.id}` | {q.text} |" for q in questions]
+    lines += [f"| {md_text(q.task)} | `{q.id}` | {md_text(q.text)} |" for q in questions]
     return "\n".join(lines)
 
 
@@ -179,9 +181,10 @@ def _token_probabilities_asset(partitions: dg.MultiPartitionsDefinition, book: Q
             yield dg.AssetCheckResult(check_name="checkpoint_audit", passed=False, metadata={"error": str(exc)})
             raise
         output = YesNoOutput("token_probabilities", layout.TOKEN_PROBABILITIES, model_id, dataset)
-        yield dg.MaterializeResult(metadata=score_yes_no(
+        metadata, stamp = score_yes_no(
             context, output, mllm, datasets, storage, book, labels, asked, tasks, device, config.answer_tokens,
-            inputs={"labels": labels_stamp, "questions": questions_stamp}))
+            inputs={"labels": labels_stamp, "questions": questions_stamp})
+        yield dg.MaterializeResult(metadata=metadata, data_version=data_version(stamp))
         yield checkpoint_audit_result(mllm.report)
 
     return token_probabilities
@@ -200,10 +203,11 @@ class YesNoOutput:
 
 def score_yes_no(context, output: YesNoOutput, mllm, datasets: DatasetRoots, storage: FocusStorage,
                  book: QuestionBook, labels: pd.DataFrame, asked: pd.DataFrame, tasks: list[str], device: str,
-                 answer_tokens: int, inputs: dict, fingerprint: dict | None = None, facts: dict | None = None) -> dict:
+                 answer_tokens: int, inputs: dict, fingerprint: dict | None = None, facts: dict | None = None
+                 ) -> tuple[dict, dict]:
     """Score every image of `labels` with `mllm` on `tasks` (the batched first-token path), write the
     probabilities with their lineage (`inputs`: the stamps read; `facts`: what else identifies the scores) and
-    the unreadable images beside them; returns the materialisation metadata."""
+    the unreadable images beside them; returns the materialisation metadata and the stamp written."""
     from focus_dagster.inference.engine import run_fingerprint, run_on_images
     from focus_dagster.inference.yes_no import probabilities_frame, yes_no_scorer
 
@@ -226,7 +230,7 @@ def score_yes_no(context, output: YesNoOutput, mllm, datasets: DatasetRoots, sto
     path, sha = storage.write_parquet(output.files.file(output.key, output.dataset), frame, stamp)
     quarantine = pd.DataFrame(sorted(run.failed.items()), columns=["image_id", "reason"])
     storage.write_parquet(output.files.quarantine(output.key, output.dataset), quarantine)
-    return _probability_metadata(mllm, run, frame, output.dataset, book, path, sha)
+    return _probability_metadata(mllm, run, frame, output.dataset, book, path, sha), stamp
 
 
 def _checked_tasks(asked: pd.DataFrame, dataset: str, book: QuestionBook) -> list[str]:

@@ -3,7 +3,7 @@
 import dagster as dg
 import pandas as pd
 
-from assets.automation import GATED_EAGER
+from assets.automation import GATED_EAGER, data_version
 from assets.kubernetes import gpu_op_tags
 from assets.partitions import (
     BY_DATASET,
@@ -111,7 +111,8 @@ def _embeddings_asset(partitions: dg.MultiPartitionsDefinition, op_tags: dict[st
         path, sha = storage.write_parquet(layout.EMBEDDINGS.file(model_id, dataset), frame, stamp)
         yield dg.MaterializeResult(metadata=_embedding_metadata(encoder, run, dataset, path, sha)
                                    | {"lineage_version": stamp["version"], "forward": forward.mode,
-                                      "compile": dg.MetadataValue.json(forward.summary())})
+                                      "compile": dg.MetadataValue.json(forward.summary())},
+                                   data_version=data_version(stamp))
         yield checkpoint_audit_result(encoder.report)
 
     return image_embeddings
@@ -147,7 +148,7 @@ def _zero_shot_asset(partitions: dg.MultiPartitionsDefinition):
             "prompts_version": PROMPTS_VERSION,
             "pipeline_check_model": encoder.spec.is_pipeline_check,
             "in_pretraining_data": encoder.spec.contamination(dataset),
-        })
+        }, data_version=data_version(stamp))
 
     return zero_shot_scores
 

@@ -14,6 +14,7 @@ rounds are compared row for row (rows lost = rows the sequential round wrote tha
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -137,15 +138,151 @@ def _stamped(store, dataset: str, layout):
     return (records if records is not None else [], quarantine), current.get("stamp")
 
 
+# ------------------------------------------------------------------ a writer killed at every step of a commit
+
+KILL_POINTS = ("data-partial", "data", "stamps", "owners", "between-table-pointers", "pointer", "collect")
+COMMITS_BEFORE_KILL = 40
+
+
+def _writer_script(url: str, point: str) -> str:
+    """A writer process: COMMITS_BEFORE_KILL whole commits of two tables of one asset partition, then one
+    SIGKILLed at `point` (a step of the commit protocol; `data-partial`: while its first data file is still a
+    partial file; `between-table-pointers`: the partition changes owner and the kill falls between its two
+    tables' pointers)."""
+    return f"""
+import os, signal, sys
+sys.path.insert(0, {str(REPO)!r})
+from bench.concurrency import commit_versions
+from resources.tables import TableStore
+store = TableStore({url!r})
+def die(*_):
+    os.kill(os.getpid(), signal.SIGKILL)
+stamped = {point!r} != "between-table-pointers"
+for k in range({COMMITS_BEFORE_KILL}):
+    commit_versions(store, f"v{{k}}", stamped)
+if {point!r} == "data-partial":
+    os.replace = die
+elif {point!r} == "between-table-pointers":
+    real_put, pointers = TableStore._put, []
+    def put(self, path, data):
+        if path.endswith("/CURRENT.json"):
+            pointers.append(path)
+            if len(pointers) == 2:
+                die()
+        real_put(self, path, data)
+    TableStore._put = put
+    stamped = True  # an asset partition takes over the partitions written without lineage
+else:
+    TableStore._reached = lambda self, step: die() if step == {point!r} else None
+commit_versions(store, "killed", stamped)
+"""
+
+
+def commit_versions(store, version: str, stamped: bool = True) -> None:
+    """One commit of `predictions.samples` and `predictions.unavailable` for idrid, every row tagged `version`."""
+    import pandas as pd
+
+    from resources import layout
+
+    samples = pd.DataFrame({"image_id": [f"i{k}" for k in range(50)], "version": version, "partition": "idrid"})
+    unavailable = pd.DataFrame({"reason": ["none"], "version": version, "partition": "idrid"})
+    stamp = {"asset": "predictions", "partition": "idrid", "run_id": version, "version": version} if stamped else None
+    store.commit([(layout.SAMPLES, "idrid", samples), (layout.UNAVAILABLE, "idrid", unavailable)], stamp)
+
+
+def _reader_script(url: str, stop: Path, out: Path) -> str:
+    """A reader process: snapshots of both tables through the views, counted, until `stop` exists; a mix is a
+    snapshot whose two tables hold different versions."""
+    return f"""
+import json, os, sys
+sys.path.insert(0, {str(REPO)!r})
+from resources.tables import TableStore
+store = TableStore({url!r})
+reads = mixes = 0
+examples = []
+ready = {str(out)!r} + ".ready"
+while not os.path.exists({str(stop)!r}):
+    with store.views() as con:
+        found = [sorted(v for (v,) in con.execute(f"SELECT DISTINCT version FROM predictions.{{t}}").fetchall())
+                 for t in ("samples", "unavailable")]
+    reads += 1
+    if found[0] != found[1] or len(found[0]) != 1:
+        mixes += 1
+        examples = (examples + [found])[:3]
+    if reads == 1:
+        open(ready, "w").close()
+open({str(out)!r}, "w").write(json.dumps({{"reads": reads, "mixes": mixes, "examples": examples}}))
+"""
+
+
+def killed_at(point: str, root: Path, readers: int = 2) -> dict:
+    """One kill point: readers run through the writer's commits and its death, then the state it left is read
+    and a rerun commits over it."""
+    from resources.tables import TableStore
+
+    url = str(root / point)
+    store = TableStore(url)
+    commit_versions(store, "start", point != "between-table-pointers")
+    stop = root / f"{point}.stop"
+    outs = [root / f"{point}.reader{k}.json" for k in range(readers)]
+    reading = [subprocess.Popen([sys.executable, "-c", _reader_script(url, stop, out)]) for out in outs]
+    while not all(Path(f"{out}.ready").exists() for out in outs):  # every reader has read once: all are reading
+        if any(reader.poll() is not None for reader in reading):
+            raise SystemExit(f"a reader of {point} stopped before reading")
+        time.sleep(0.05)
+    writer = subprocess.run([sys.executable, "-c", _writer_script(url, point)])
+    stop.touch()
+    for reader in reading:
+        reader.wait(timeout=600)
+    seen = [json.loads(out.read_text()) for out in outs]
+    after_kill = _versions(store)
+    partials_after_kill = _partials(Path(url))
+    commit_versions(store, "rerun")
+    figures = {"point": point, "writer_killed": writer.returncode == -signal.SIGKILL,
+               "reads": sum(s["reads"] for s in seen), "mixes_seen": sum(s["mixes"] for s in seen),
+               "mix_examples": [e for s in seen for e in s["examples"]][:3],
+               "after_kill": after_kill, "mix_after_kill": after_kill["samples"] != after_kill["unavailable"], "partial_files_after_kill": partials_after_kill,
+               "after_rerun": _versions(store), "partial_files_after_rerun": _partials(Path(url))}
+    print(f"killed at {point:<24} reads {figures['reads']:>5}, mixes seen {figures['mixes_seen']}, tables after "
+          f"the kill {after_kill}, after the rerun {figures['after_rerun']}, partial files "
+          f"{partials_after_kill} -> {figures['partial_files_after_rerun']}")
+    return figures
+
+
+def _versions(store) -> dict:
+    with store.views() as con:
+        return {t: sorted(v for (v,) in con.execute(f"SELECT DISTINCT version FROM predictions.{t}").fetchall())
+                for t in ("samples", "unavailable")}
+
+
+def _partials(root: Path) -> int:
+    return sum(1 for p in root.rglob(".*") if ".tmp-" in p.name)
+
+
+def commit_kills(root: Path) -> dict:
+    """Every kill point once; the target is no mix seen by any reader at any point."""
+    results = [killed_at(point, root) for point in KILL_POINTS]
+    mixes = sum(r["mixes_seen"] for r in results)
+    print(f"mid-commit kills: {len(results)} points, {sum(r['reads'] for r in results)} reads, {mixes} mixes seen "
+          f"(target 0)")
+    return {"points": results, "mixes_seen": mixes}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--per-dataset", type=int, default=40)
+    parser.add_argument("--commit-kills-only", action="store_true",
+                        help="only the writer killed at every step of a commit (no PostgreSQL needed)")
     args = parser.parse_args()
     from focus_dagster.synthetic import synthesize
     from resources.tables import TableStore
 
     tmp = Path(tempfile.mkdtemp(prefix="focus-concurrency-"))
+    kills = commit_kills(tmp / "kills")
+    if args.commit_kills_only:
+        save(args.json, {"machine": f"{os.cpu_count()} cores", "commit_kills": kills})
+        return
     synthesize(tmp / "data", list(DATASETS), per_dataset=args.per_dataset, seed=0, scale=0.05, workers=2)
     (tmp / "focus.yaml").write_text("datasets: {%s}\nmodels: [tiny_vit]\n"
                                     % ", ".join(f"{d}: {tmp / 'data' / d}" for d in DATASETS))
@@ -167,7 +304,7 @@ def main() -> None:
         store = TableStore(str(tables_dir))
         figures = {"machine": f"{os.cpu_count()} cores", "per_dataset": args.per_dataset,
                    "rounds": [round_trip(env, store, n) for n in (2, 4, 8)],
-                   "killed": killed_mid_write(env, store, tables_dir)}
+                   "killed": killed_mid_write(env, store, tables_dir), "commit_kills": kills}
     save(args.json, figures)
 
 

@@ -9,7 +9,14 @@ from pathlib import Path
 
 from focus_dagster.datasets.images import DEFAULT_IMAGE_CHECK, IMAGE_CHECKS
 from focus_dagster.errors import FocusError
-from focus_dagster.instance import REPO_ROOT, UI_HOST, UI_PORT, prepare_dagster_home
+from focus_dagster.instance import (
+    REPO_ROOT,
+    UI_HOST,
+    UI_PORT,
+    prepare_dagster_home,
+    quiet_connection_retries,
+    unreachable_database,
+)
 
 
 ROOT_HELP = "the dataset's root folder (default: where focus.yaml, or the synthetic default, reads it from)"
@@ -21,10 +28,19 @@ def main(argv: list[str] | None = None) -> int:
     if not hasattr(args, "run"):
         parser.print_help()
         return 2
+    quiet_connection_retries()
     try:
         return args.run(args) or 0
     except FocusError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        # An instance database that cannot be opened surfaces wherever a command first touches the instance, as
+        # three chained tracebacks: one line says which database, where, and what to check.
+        message = unreachable_database(exc)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
         return 2
 
 
@@ -286,12 +302,17 @@ def cmd_datasets(args) -> int:
 
     config = load_config()
     print(f"FOCUS_HOME {config.home}" + (f"   config {config.source}" if config.source else "   (no FOCUS_CONFIG: synthetic default)"))
+    missing = [key for key in config.dataset_keys if not config.is_synthetic(key) and not config.root_of(key).is_dir()]
     for key in config.dataset_keys:
         where = f"synthetic look-alike at {config.root_of(key)}" if config.is_synthetic(key) else str(config.root_of(key))
-        print(f"  {key:<11} {dataset_info(key).title:<11} {where}")
-        if key in config.declared:
+        print(f"  {key:<11} {dataset_info(key).title:<11} {where}" + ("   (MISSING)" if key in missing else ""))
+        if key in config.declared and key not in missing:
             print(_declared_summary(key, config))
-    return 0
+    # A root that is not there would fail every run of its dataset: the listing says so now, one line each.
+    for key in missing:
+        print(f"error: [{key}] dataset root {config.root_of(key)} does not exist or is not a folder: correct its path "
+              f"under datasets: in {config.source}, or set it to synthetic.", file=sys.stderr)
+    return 2 if missing else 0
 
 
 def _declared_summary(key: str, config) -> str:
@@ -407,15 +428,10 @@ def cmd_recover(args) -> int:
 
 def cmd_ui(args) -> int:
     from focus_dagster.config import load_config
+    from focus_dagster.ui import serve
 
-    config = load_config()
-    env = dict(os.environ, DAGSTER_HOME=str(prepare_dagster_home(config)), DAGSTER_DISABLE_TELEMETRY="1")
-    command = [sys.executable, "-m", "dagster", "dev", "-h", UI_HOST, "-p", str(args.port),
-               "-w", str(REPO_ROOT / "workspace.yaml")]
-    print(f"Dagster UI on http://{UI_HOST}:{args.port}  (instance {env['DAGSTER_HOME']}; Ctrl-C stops it)")
-    os.chdir(REPO_ROOT)
-    os.execve(sys.executable, command, env)
-    return 0  # not reached
+    # `dagster dev` runs as a child that focus ui stops whole, its runs in flight canceled (focus_dagster/ui.py).
+    return serve(args.port, prepare_dagster_home(load_config()))
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -428,6 +444,9 @@ def dataset_root(args) -> Path:
 
     config = load_config()
     if args.root is not None:
+        if not args.root.is_dir():  # the readers would advise focus.yaml, which is not where this root came from
+            raise FocusError(f"--root {args.root} does not exist or is not a folder: give the folder that holds "
+                             f"{args.key}'s files as its publisher distributes them.")
         return args.root
     return ensure_dataset_root(config, args.key)
 

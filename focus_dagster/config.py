@@ -328,12 +328,48 @@ def _questions(questions: Any, where: str) -> Mapping | None:
 
 
 def _read_yaml(path: Path) -> Any:
+    """focus.yaml as yaml.safe_load reads it, except that a key given twice in one mapping is refused: YAML keeps
+    the last one without a word, and the first may be the one the user meant."""
     import yaml
 
+    loader = yaml.SafeLoader(path.read_text(encoding="utf-8"))
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        node = loader.get_single_node()
+        if node is None:  # an empty file
+            return None
+        _refuse_duplicate_keys(node, path)
+        return loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    finally:
+        loader.dispose()
+
+
+def _refuse_duplicate_keys(node, path: Path, keys: tuple[str, ...] = (), walked: set[int] | None = None) -> None:
+    """Walk the parsed YAML nodes; a key given twice in one mapping is a ConfigError naming its key path (as the
+    schema's errors name keys) and both lines. A merge (`<<: *anchor`) may repeat a key: that is its purpose."""
+    import yaml
+
+    walked = set() if walked is None else walked
+    if id(node) in walked:  # an alias of a node already walked
+        return
+    walked.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _refuse_duplicate_keys(item, path, (*keys, str(index)), walked)
+    if not isinstance(node, yaml.MappingNode):
+        return
+    first_line: dict[str, int] = {}
+    for key, value in node.value:
+        if key.tag == "tag:yaml.org,2002:merge" or not isinstance(key, yaml.ScalarNode):
+            continue
+        line = key.start_mark.line + 1
+        if key.value in first_line:
+            raise ConfigError(f"{path}: key {'.'.join((*keys, key.value))} is given twice, on lines "
+                              f"{first_line[key.value]} and {line}; YAML would keep the last one silently. Keep one "
+                              "of them.")
+        first_line[key.value] = line
+        _refuse_duplicate_keys(value, path, (*keys, key.value), walked)
 
 
 def _expect_mapping(value: Any, where: str, what: str) -> None:

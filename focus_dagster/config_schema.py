@@ -12,8 +12,11 @@ A mistake is reported with its key path and the value it got (`errors.config_val
 
     focus.yaml: kubernetes.gpu_tolerations.0.colour: unknown key; allowed: key, operator, value, effect, tolerationSeconds
 
-A rule of this module (a Kubernetes quantity, a GPU request) raises `rule(...)`: its message names the value
-itself.
+A rule of this module (a Kubernetes quantity, a GPU request, a plain name) raises `rule(...)`: its message names
+the value itself. Names that end up in file and folder names (model ids, the questions version, the models and
+datasets the lists name) are plain names (SAFE_NAME_PATTERN), so that none leads out of the store it names a file
+in; a dataset key of the user's own has its own stricter pattern (datasets/declaration.py KEY_PATTERN), since it
+also names a table.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import re
 from typing import Annotated, Any, Literal, Mapping, Union
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -73,6 +77,12 @@ DEFAULT_CPU_RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"
 # A Kubernetes quantity, as the API server reads it: 2, 0.5, 500m, 16Gi, 1e3.
 QUANTITY_PATTERN = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?$"
 _QUANTITY = re.compile(QUANTITY_PATTERN)
+# A name that becomes part of a file or folder name (model ids, the questions version, names lists refer to):
+# letters, digits, _ and -, with single dots inside. So no `/`, `\`, `..`, leading dot, space, control
+# character or markup: a name can never lead out of the folder it names something in, nor break a Markdown table.
+SAFE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*$"
+SAFE_NAME_MAX = 100  # with the dataset and task beside it, an adapter's file names stay under 255 characters
+_SAFE_NAME = re.compile(SAFE_NAME_PATTERN)
 
 
 class Section(BaseModel):
@@ -112,6 +122,16 @@ def _quantity(value: Any) -> str:
     return text
 
 
+def _safe_name(value: Any) -> Any:
+    """A name that names files and folders: refused, with the pattern, unless it is a plain name."""
+    if not isinstance(value, str):
+        return value  # the type's own error says what it must be
+    if len(value) > SAFE_NAME_MAX or not _SAFE_NAME.fullmatch(value):
+        raise rule(f"must be a plain name (letters, digits, _ and -, single dots inside, at most {SAFE_NAME_MAX} "
+                   f"characters: {SAFE_NAME_PATTERN}), since it names files and folders; got {value!r}")
+    return value
+
+
 def _tables_location(value: Any) -> Any:
     if not isinstance(value, str) or not value.strip():
         raise rule(f"must be a folder or a URL such as s3://bucket/focus/tables, got {value!r}")
@@ -129,6 +149,9 @@ Quantity = Annotated[str, BeforeValidator(_quantity), WithJsonSchema({
     "anyOf": [{"type": "string", "pattern": QUANTITY_PATTERN}, {"type": "number"}],
     "description": "a Kubernetes quantity: 2, 0.5, 500m, 16Gi"})]
 Name = Annotated[str, StringConstraints(min_length=1)]
+SafeName = Annotated[str, AfterValidator(_safe_name), WithJsonSchema({
+    "type": "string", "pattern": SAFE_NAME_PATTERN, "maxLength": SAFE_NAME_MAX,
+    "description": "a plain name: letters, digits, _ and -, single dots inside"})]
 QuestionText = Annotated[str, BeforeValidator(_question_text)]
 TablesLocation = Annotated[str, BeforeValidator(_tables_location)]
 TaskName = Literal[TASK_NAMES]
@@ -184,7 +207,7 @@ class ModelEntry(Section):
     """A catalog model with overrides (path, revision, ...), or a model of your own (then family, interface,
     domain and source are needed); `focus models` lists the catalog."""
 
-    id: Name = Field(description="the catalog id, or the id of a model of your own")
+    id: SafeName = Field(description="the catalog id, or the id of a model of your own")
     interface: Literal[MODEL_INTERFACES] | None = Field(None, description="vm: image encoder; vlm: image-text; "
                                                         "mllm: multimodal LLM")
     domain: Literal[MODEL_DOMAINS] | None = Field(None, description="what the model was trained on")
@@ -195,7 +218,7 @@ class ModelEntry(Section):
     preprocess: PreprocessEntry | None = Field(None, description="how images reach the model")
     pooling: str | None = Field(None, description="how an image embedding is read off the backbone (cls, mean, ...)")
     dtype: str | None = Field(None, description="weights' dtype: float32, bfloat16, float16")
-    pretrained_on: list[str] | None = Field(None, description="FOCUS datasets the model saw in pretraining")
+    pretrained_on: list[SafeName] | None = Field(None, description="FOCUS datasets the model saw in pretraining")
     trust_remote_code: StrictBool | None = Field(None, description="run the checkpoint's own code (transformers)")
     options: dict[str, Any] | None = Field(None, description="family-specific architecture settings")
     notes: str | None = Field(None, description="free text shown by `focus models`")
@@ -209,7 +232,7 @@ def _model_form(value: Any) -> str | None:
 
 
 ModelChoice = Annotated[
-    Union[Annotated[Name, Tag("<id>")], Annotated[ModelEntry, Tag("<mapping>")]],
+    Union[Annotated[SafeName, Tag("<id>")], Annotated[ModelEntry, Tag("<mapping>")]],
     Discriminator(_model_form, custom_error_type="model_form",
                   custom_error_message="a model is a catalog id or a mapping with an `id`"),
 ]
@@ -232,10 +255,11 @@ class QuestionsSection(Section):
     # `version` is required (the schema says so); question_book checks it, with the reason it is required.
     model_config = ConfigDict(extra="forbid", json_schema_extra={"required": ["version"]})
 
-    version: str | None = Field(None, description="a new name for this wording, so that scores from different "
-                                                  "wordings are never mixed")
+    version: SafeName | None = Field(None, description="a new name for this wording, so that scores from "
+                                                       "different wordings are never mixed")
     tasks: TaskQuestions | None = Field(None, description="questions for every dataset")
-    datasets: dict[str, TaskQuestions] | None = Field(None, description="a dataset's own questions, by dataset key")
+    datasets: dict[SafeName, TaskQuestions] | None = Field(None, description="a dataset's own questions, by "
+                                                                           "dataset key")
 
 
 # --------------------------------------------------------------------------------------------------- lora
@@ -264,10 +288,10 @@ class LoraSettingsSection(Section):
 class LoraSection(Section):
     """Which LoRA adapters are trained (multimodal LLM x training dataset x task), and how."""
 
-    models: list[Name] | None = Field(None, description="base multimodal LLMs (default: every selected one; "
-                                                        "[]: no adapters)")
-    train_datasets: list[Name] | None = Field(None, min_length=1, description="registered datasets to train on "
-                                                                             "(default: brset and mbrset)")
+    models: list[SafeName] | None = Field(None, description="base multimodal LLMs (default: every selected one; "
+                                                            "[]: no adapters)")
+    train_datasets: list[SafeName] | None = Field(None, min_length=1, description="registered datasets to train "
+                                                                                 "on (default: brset and mbrset)")
     tasks: list[TaskName] | None = Field(None, min_length=1, description="tasks (default: all three)")
     settings: LoraSettingsSection | None = Field(None, description="training settings")
 
@@ -384,7 +408,7 @@ class FocusFile(Section):
         None, description="the models to run: catalog ids or mappings (default: the pipeline-check models)")
     questions: QuestionsSection | None = Field(None, description="yes/no questions for multimodal LLMs")
     lora: LoraSection | None = Field(None, description="LoRA adapters of the multimodal LLMs")
-    compare: list[Annotated[list[Name], Field(min_length=2, max_length=2)]] | None = Field(
+    compare: list[Annotated[list[SafeName], Field(min_length=2, max_length=2)]] | None = Field(
         None, description="pairs of selected model ids [A, B] that model_comparisons compares on the same test "
                           "images (deltas A - B)")
     kubernetes: KubernetesSection | None = Field(None, description="step pods under executor k8s")

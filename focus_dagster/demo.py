@@ -65,6 +65,7 @@ def _import_before_threads() -> None:
     The main thread's pool watch builds SQLAlchemy selects while the worker's run may be importing
     `sqlalchemy.orm` for the first time; the watch then meets the half-initialised `sqlalchemy.orm.exc` and
     fails with AttributeError ("partially initialized module"). Imported once here, neither thread imports it.
+    The rest of what the watch loads, `_Runner._ready_to_watch` loads before the first run's thread starts.
     """
     import sqlalchemy.orm  # noqa: F401
 
@@ -188,6 +189,7 @@ class _Runner:
         self._reported: set[tuple[str, str]] = set()
         self._invocation: str | None = None  # the tag value that finds an out-of-process run before it is known
         self.started_at: float | None = None  # when the running job started (epoch seconds)
+        self._watch_loaded = False  # whether the watch's looks have run once, before any run's thread
 
     def execute(self, job, **kwargs):
         """The job on the instance (in process, or a process per step), with the demo's quiet console."""
@@ -202,6 +204,12 @@ class _Runner:
                 done.set()
 
         _import_before_threads()
+        self._ready_to_watch()
+        # The watch looks only once the run has stored its first event: by then its thread has the instance in hand
+        # (out of process, the watch finds nothing to look at before the run exists).
+        begun_run = threading.Event()
+        if not self.out_of_process:
+            self.instance.add_event_listener(run_id, lambda _event: begun_run.set())
         self.job_name, self.done, self.started_at = job.name, done, time.time() - 1.0  # create_time's resolution
         self.run_id, self._invocation = (None, run_id) if self.out_of_process else (run_id, None)
         self._cursor, begun = None, time.perf_counter()
@@ -211,7 +219,7 @@ class _Runner:
         # An Event, not Thread.join: a signal handler raising inside join(timeout) leaves the thread marked
         # finished while it still runs (CPython 3.11), and the demo would wait for it at exit.
         while not done.wait(WAKE_SECONDS):
-            if time.monotonic() - watched >= WATCH_SECONDS:
+            if time.monotonic() - watched >= WATCH_SECONDS and (begun_run.is_set() or self.out_of_process):
                 self._watch_pools()
                 self._watch_progress()
                 watched = time.monotonic()
@@ -223,6 +231,31 @@ class _Runner:
         if "error" in outcome:
             raise outcome["error"]
         return outcome["result"]
+
+    def _ready_to_watch(self) -> None:
+        """Every look of the watch, once, at no run, before the first run's thread starts: what the looks load
+        (the storage's queries, its record classes) is loaded by this thread alone, so that a look never meets a
+        module that the run's thread is still importing."""
+        if self._watch_loaded:
+            return
+        import dagster as dg
+        from sqlalchemy.exc import OperationalError
+
+        from focus_dagster.pools import holders, waits_of
+        from focus_dagster.recovery import run_processes
+
+        nobody, storage = str(uuid.uuid4()), self.instance.event_log_storage  # no such run: every look finds nothing
+        try:
+            waits_of(self.instance, nobody)
+            for pool in sorted(storage.get_concurrency_keys()) if storage.supports_global_concurrency_limits else []:
+                holders(self.instance, pool)
+            run_processes(self.instance, nobody)
+            self.instance.get_records_for_run(nobody)
+            self.instance.get_run_by_id(nobody)
+            self.instance.get_run_records(dg.RunsFilter(tags={DEMO_RUN_TAG: nobody}), limit=1)
+        except OperationalError:  # the storage is busy (another process writing): loaded at the next run
+            return
+        self._watch_loaded = True
 
     def _execute(self, job, run_id: str, partition_key=None):
         partition = {"partition_key": partition_key} if partition_key is not None else {}
@@ -513,26 +546,57 @@ def _demo(options: DemoOptions) -> int:
     if runner.out_of_process:
         print(f"             every step in a process of its own (executor: multiprocess); their console: "
               f"{dagster_home / STEP_CONSOLE_LOG}")
-    print(f"  open the UI: make ui   (http://{UI_HOST}:{UI_PORT}, lineage graph and every run above)")
+    print(f"  open the UI: {ui_hint(config)}   (http://{UI_HOST}:{UI_PORT}, lineage graph and every run above)")
     return 1 if failures else 0
 
 
+def ui_hint(config: FocusConfig) -> str:
+    """The command that opens the UI on the instance this demo used: `focus ui` reads FOCUS_HOME, FOCUS_CONFIG and
+    FOCUS_INSTANCE as the demo did, and started without them it opens (and configures) another instance."""
+    import shlex
+
+    from focus_dagster.instance import INSTANCE_ENV
+
+    settings = {"FOCUS_HOME": str(config.home), "FOCUS_CONFIG": str(config.source or ""),
+                INSTANCE_ENV: os.environ.get(INSTANCE_ENV, "").strip()}
+    return " ".join([*(f"{name}={shlex.quote(value)}" for name, value in settings.items() if value),
+                     ".venv/bin/focus ui"])
+
+
 def _run_evaluation(defs, datasets: list[str], runner: _Runner) -> list[str]:
-    """Predictions and metric tables per dataset; one line with the totals."""
+    """Predictions and metric tables per dataset; one line with the rows committed and what failed, and why."""
     from assets.evaluation import EVALUATION_JOB
 
-    job, failures, rows = defs.resolve_job_def(EVALUATION_JOB), [], 0
+    job, storage = defs.resolve_job_def(EVALUATION_JOB), defs.resources["storage"]
+    rows, with_rows, failed = 0, 0, []
     for dataset in datasets:
         result = runner.execute(job, partition_key=dataset)
         for check, description in _failed_checks(result, blocked=False):  # a warning: the numbers flowed
             _say(f"{dataset:<11} warn {check}: {description}")
+        # Counted in the table store, failed runs included: a check that stops fairness and quality fails the run
+        # after its performance and calibration rows were committed.
+        committed = _committed_metric_rows(storage, dataset, result.run_id)
+        rows, with_rows = rows + committed, with_rows + bool(committed)
         if not result.success:
-            failures.append(f"evaluation/{dataset}: {_failure_message(result)}")
+            failed.append(f"{dataset}: {_failure_message(result)}")
+    _say(f"{'metrics':<16} {'all models and methods':<29} {rows:>6} rows over {with_rows} datasets"
+         + (f" | FAILED: {'; '.join(failed)}" if failed else ""))
+    return [f"evaluation/{failure}" for failure in failed]
+
+
+def _committed_metric_rows(storage, dataset: str, run_id: str) -> int:
+    """The rows of `dataset` in metrics.values (performance and calibration, fairness, quality) that the run
+    committed: each metric asset's partition counts when its current lineage names the run (an earlier run's rows
+    are not this one's)."""
+    partitions = {"metrics": dataset, "fairness_metrics": layout.axis_partition(dataset, "fairness"),
+                  "quality_metrics": layout.axis_partition(dataset, "quality")}
+    rows = 0
+    for asset, partition in partitions.items():
+        if (storage.current_stamp(asset, dataset) or {}).get("run_id") != run_id:
             continue
-        rows += sum(meta.get("dagster/row_count", 0) for key, meta in _materialized(result).items()
-                    if key in ("metrics", "fairness_metrics", "quality_metrics"))
-    _say(f"{'metrics':<16} {'all models and methods':<29} {rows:>6} rows over {len(datasets) - len(failures)} datasets")
-    return failures
+        (frame,), stamp = storage.read_stamped([(layout.METRICS, partition)], asset, dataset)
+        rows += len(frame) if (stamp or {}).get("run_id") == run_id else 0  # unless rewritten meanwhile
+    return rows
 
 
 def _run_lora(defs, job_names: set, runner: _Runner, specs: dict) -> list[str]:

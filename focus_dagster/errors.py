@@ -30,6 +30,12 @@ class EmptyDatasetError(FocusError):
     """A dataset has no records at all, which is never what a user wants to benchmark."""
 
 
+class PathOutsideRootError(FocusError):
+    """A path built from a name (a model id, a dataset key, an adapter key) that resolves outside the folder it
+    must stay in (the artifact store, the model cache): a `..` in the name, an absolute name, or a link that
+    leads out."""
+
+
 class NotMaterialisedError(FocusError):
     """A step needs what an upstream asset partition writes, and that partition has not been materialised.
 

@@ -1,4 +1,5 @@
-"""Writing files so that a reader never sees half of one: every output of the platform goes through here."""
+"""Writing files so that a reader never sees half of one, and never outside its store: every output of the
+platform goes through here."""
 
 from __future__ import annotations
 
@@ -8,6 +9,27 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from focus_dagster.errors import PathOutsideRootError
+
+
+def confined(root: str | Path, rel: str | Path, what: str = "path") -> Path:
+    """`root / rel`, refused when it resolves outside `root` (PathOutsideRootError).
+
+    Paths under a store are built from names (model ids, dataset keys, adapter keys); the configuration
+    refuses names that are not plain, and this is the second line: a `..` part, an absolute `rel` or a link
+    inside the store that leads out all resolve outside and are refused before anything is written or read.
+    `root` itself may be a link (a whole store on another disk); the path returned is `root / rel` as given.
+    """
+    root = Path(root)
+    path = root / rel
+    inside, resolved = root.resolve(), path.resolve()
+    if resolved != inside and not resolved.is_relative_to(inside):
+        raise PathOutsideRootError(
+            f"{what} {str(rel)!r} resolves to {resolved}, outside {inside}: names in focus.yaml must be plain names "
+            "(no '/', '..' or leading '.'), and a folder inside the store must not be a link to elsewhere (to keep "
+            "the store on another disk, link the whole store folder instead).")
+    return path
 
 
 @contextmanager

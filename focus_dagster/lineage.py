@@ -38,6 +38,19 @@ def stamp_id(value: dict) -> str:
     return hashlib.sha256(dumps(value).encode()).hexdigest()[:20]
 
 
+def data_version(value: dict | None) -> str | None:
+    """What a step's output is, as the refresh compares it: the content version of what it wrote and, in turn,
+    the data versions of the inputs it read, never the run or the code that wrote it. The same content computed
+    from the same inputs has the same data version whichever run wrote it, so materialising unchanged data again
+    is no change downstream; a changed record, label, model weight, preprocessing or question changes the content
+    of the output it reaches, and so the data version of that output and of everything computed from it. None
+    when the stamp is unknown."""
+    if value is None:
+        return None
+    inputs = {name: data_version(read) for name, read in (value.get("inputs") or {}).items()}
+    return hashlib.sha256(dumps({"version": value.get("version"), "inputs": inputs}).encode()).hexdigest()[:20]
+
+
 def dumps(value: dict | None) -> str:
     return json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from focus_dagster import lineage
 from focus_dagster.errors import FocusError
+from focus_dagster.files import confined
 from focus_dagster.instance import UI_HOST, UI_PORT
 from resources import layout
 
@@ -118,11 +119,11 @@ class _State:
         return lineage.loads(row[0]) if row else None
 
     def _json(self, rel: str) -> dict | None:
-        path = self.artifacts / rel
+        path = confined(self.artifacts, rel, "artifact")  # rel holds a partition key read from the tables
         return json.loads(path.read_text()) if path.exists() else None
 
     def _parquet_stamp(self, rel: str) -> dict | None:
-        path = self.artifacts / rel
+        path = confined(self.artifacts, rel, "artifact")
         if not path.exists():
             return None
         row = self.con.execute("SELECT value FROM parquet_kv_metadata(?) WHERE decode(key) = ?",

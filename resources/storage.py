@@ -19,7 +19,7 @@ from dagster import ConfigurableResource
 
 from focus_dagster import lineage
 from focus_dagster.errors import FocusError, NotMaterialisedError
-from focus_dagster.files import atomic_path, file_sha256
+from focus_dagster.files import atomic_path, confined, file_sha256
 from resources import layout
 from resources.layout import Table
 from resources.tables import TableStore
@@ -132,15 +132,17 @@ class FocusStorage(ConfigurableResource):
         """Whole tables (None for one not written yet) and the current lineage stamp id of every asset
         partition (`asset[partition]`)."""
         store = self.store
-        current = store.current_stamps()
-        frames = [store.read(_qualified(table)) for table in tables]
+        snapshot = store.snapshot()  # the stamps first, then each table through the same owner pointers
+        current = snapshot.current_stamps()
+        frames = [store.read_files(snapshot.files(_qualified(table))) for table in tables]
         return frames, {f"{asset}[{partition}]" if partition else asset: stamp_id
                         for (asset, partition), stamp_id in current.items()}
 
     # ---------------------------------------------------------------------------------------- artifacts
 
     def artifact_path(self, rel: str) -> Path:
-        return Path(self.artifacts_dir) / rel
+        """The path of an artifact in the store; a name in `rel` can never lead out of it (PathOutsideRootError)."""
+        return confined(self.artifacts_dir, rel, "artifact")
 
     def write_artifact(self, rel: str, write: Callable[[Path], None], suffix: str = "") -> tuple[Path, str]:
         """Write an artifact atomically (`write` fills a temporary path); returns its path and sha256."""

@@ -1,15 +1,24 @@
 """Tables that many writers can share: one Parquet file per table partition, in a folder or an object store.
 
-A write never changes a file another process may be reading. Each write is a *commit*: its frames go to new
-files (`tables/<schema>.<table>/<partition>/<commit>.parquet`), its lineage stamps to
-`lineage/stamps/<commit>.parquet`; then, each in one atomic step (a rename on a local disk, one PUT on an
-object store), the pointer of every table partition it wrote (`tables/.../<partition>/CURRENT.json`) and, last,
-the pointer of the asset partition that wrote them (`lineage/current/<asset>/<partition>.json`, naming the stamp
-and the files). A reader resolves pointers and reads the files they name: it sees a partition whole, old or
-new, never half; a read of an asset partition's tables through its lineage pointer sees one commit, even while
-that asset partition is written again. Two runs writing different partitions share nothing but folders.
-Superseded files are removed after a commit, except the newest two of each partition, so a reader that
-resolved the previous pointer an instant before can still read it.
+A write never changes a file another process may be reading. Each write is a *commit*, made visible by one
+atomic step however many tables it writes:
+
+1. `data`: its frames go to new files (`tables/<schema>.<table>/<partition>/<commit>.parquet`);
+2. `stamps`: its lineage stamps to `lineage/stamps/<commit>.parquet`;
+3. `owners`: each table partition's `CURRENT.json` names the *owner* pointer that holds its current file, written
+   only when the owner changes (the first write of a partition, or another writer taking it over), keeping the
+   file the old owner named as `previous` until the new owner's pointer lands;
+4. `pointer`: the owner pointer, in one atomic step (a rename on a local disk, one PUT on an object store), names
+   every file of the commit: `lineage/current/<asset>/<partition>.json` for the asset partition that wrote them
+   (with its stamp), `lineage/unstamped/<key>.json` for a commit without lineage. This is the commit point.
+5. `collect`: superseded files and partial files of dead writers are removed.
+
+A reader resolves a table partition through its owner's pointer, reading each owner pointer once per snapshot
+(`Snapshot`), so every table an asset partition wrote is seen from one commit, old or new, never a mix, even
+while that asset partition is written again; a writer killed before step 4 leaves the last commit whole, and
+its files are orphans that later commits collect. Two runs writing different partitions share nothing but
+folders. Superseded files are removed after a commit, except the newest two of each partition and those
+superseded less than five minutes ago, so a reader that resolved an earlier pointer can still read it.
 
 The tables are read with DuckDB, in memory: `views()` gives a connection with the familiar names
 (`metrics.values`, `lineage.stamps`, ...) as views over the current files.
@@ -17,8 +26,11 @@ The tables are read with DuckDB, in memory: `views()` gives a connection with th
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
+import socket
 import time
 import uuid
 from contextlib import contextmanager
@@ -31,6 +43,14 @@ from focus_dagster import lineage
 WHOLE = "_whole"  # the partition folder of a table that is not partitioned
 POINTER = "CURRENT.json"
 KEEP_FILES = 2
+# A superseded file stays this long after the commit that superseded it, for readers that resolved it before
+# (a views() connection resolves its files when opened and may query them minutes later).
+SUPERSEDED_GRACE_S = 300
+# The steps of a commit, in order (module docstring); `TableStore._reached` is called after each.
+COMMIT_STEPS = ("data", "stamps", "owners", "pointer", "collect")
+# A partial file of a writer on another machine (a shared volume) is taken for abandoned after this long.
+ABANDONED_AFTER_S = 3600
+_PARTIAL = re.compile(r"^\..+\.tmp-(?P<host>[^/]*)-(?P<pid>\d+)-[0-9a-f]+$")
 
 
 class TableStore:
@@ -49,46 +69,75 @@ class TableStore:
 
     def commit(self, writes: list, stamp: dict | None = None, stamps: tuple = ()) -> list[str]:
         """Write `(table, partition or None, frame)`s and their lineage as one commit (module docstring)."""
-        commit = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+        commit = _commit_id()
         files = {}
         for table, partition, frame in writes:
             path = self._data_path(table.qualified, partition, commit)
             self._put(path, parquet_bytes(frame))
             files[_entry(table.qualified, partition)] = self._relative(path)
+        self._reached("data")
         kept = (*stamps, *([stamp] if stamp else []))
         if kept:
             self._put(f"{self.root}/lineage/stamps/{commit}.parquet", parquet_bytes(stamps_frame(kept)))
-        stamp_id = lineage.stamp_id(stamp) if stamp else None
+        self._reached("stamps")
+        owner = (self._current_path(stamp["asset"], stamp["partition"] or "") if stamp
+                 else self._unstamped_path(sorted(files)))
         for table, partition, _ in writes:
-            self._put(self._pointer_path(table.qualified, partition), json.dumps({
-                "file": files[_entry(table.qualified, partition)], "commit": commit, "stamp_id": stamp_id}).encode())
-        if stamp:
-            self._put(self._current_path(stamp["asset"], stamp["partition"] or ""), json.dumps({
-                "asset": stamp["asset"], "partition": stamp["partition"] or "", "stamp_id": stamp_id,
-                "commit": commit, "files": files, "stamp": stamp}, default=str).encode())
+            self._claim(table.qualified, partition, owner)
+        self._reached("owners")
+        self._put(owner, json.dumps(self._owner_content(owner, commit, files, stamp), default=str).encode())
+        self._reached("pointer")
         for table, partition, _ in writes:
             self._collect(table.qualified, partition)
+        self._sweep_partials(f"{self.root}/lineage/stamps")
+        self._reached("collect")
         return [table.qualified for table, _, _ in writes]
+
+    def _owner_content(self, owner: str, commit: str, files: dict, stamp: dict | None) -> dict:
+        """The owner pointer after this commit: its files, over those of the owner's earlier commits that this
+        one did not write again (an asset partition that writes fewer tables keeps the others' last rows)."""
+        earlier = (self._read_json(owner) or {}).get("files", {})
+        content = {"commit": commit, "files": {**earlier, **files}}
+        if stamp:
+            content = {"asset": stamp["asset"], "partition": stamp["partition"] or "",
+                       "stamp_id": lineage.stamp_id(stamp), **content, "stamp": stamp}
+        return content
+
+    def _claim(self, table: str, partition: str | None, owner: str) -> None:
+        """Make `owner` the pointer that names this table partition's file; until that pointer names it, readers
+        keep reading the file the previous owner named."""
+        pointer = self._pointer(table, partition) or {}
+        relative = self._relative(owner)
+        if pointer.get("owner") == relative:
+            return
+        previous = self._resolve(table, partition, pointer, {})
+        self._put(self._pointer_path(table, partition), json.dumps({
+            "owner": relative, "previous": previous and self._relative(previous["file"]),
+            "previous_stamp_id": previous and previous["stamp_id"]}).encode())
 
     def edit(self, table: str, partition: str | None, frame: pd.DataFrame) -> None:
         """Replace a partition's rows in place, its lineage unchanged (what an UPDATE was): for repairs and for
-        tests that plant a defect. The asset partition that wrote it keeps its stamp and now names the new file."""
-        commit = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+        tests that plant a defect. The pointer that owns the partition keeps its stamp and now names the new file."""
         pointer = self._pointer(table, partition) or {}
-        path = self._data_path(table, partition, commit)
+        owner = self.path(pointer["owner"]) if "owner" in pointer else None
+        found = self._read_json(owner) if owner else None
+        if found is None:  # never written, or written before owner pointers: an unstamped commit of its own
+            self.commit([(_named_table(table), partition, frame)])
+            return
+        path = self._data_path(table, partition, _commit_id())
         self._put(path, parquet_bytes(frame))
-        self._put(self._pointer_path(table, partition), json.dumps({**pointer, "file": self._relative(path),
-                                                                     "commit": commit}).encode())
-        entry = _entry(table, partition)
-        for current, found in self._lineage_pointers():
-            if entry in found.get("files", {}):
-                found["files"][entry] = self._relative(path)
-                self._put(current, json.dumps(found, default=str).encode())
+        found["files"][_entry(table, partition)] = self._relative(path)
+        self._put(owner, json.dumps(found, default=str).encode())
+
+    def _reached(self, step: str) -> None:
+        """Called after each step of a commit (COMMIT_STEPS): a place for tests and the benchmark to stop a
+        writer at an exact point of the protocol."""
 
     def _put(self, path: str, data: bytes) -> None:
         if self.local:  # a temporary file beside the target, then one rename
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            partial = f"{os.path.dirname(path)}/.{os.path.basename(path)}.tmp-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+            partial = (f"{os.path.dirname(path)}/.{os.path.basename(path)}.tmp-{_HOST}-{os.getpid()}-"
+                       f"{uuid.uuid4().hex[:6]}")
             with open(partial, "wb") as handle:
                 handle.write(data)
             os.replace(partial, path)
@@ -96,19 +145,44 @@ class TableStore:
             self.fs.pipe_file(path, data)
 
     def _collect(self, table: str, partition: str | None) -> None:
-        """Remove superseded files of a partition: all but the one its pointer names and the newest KEEP_FILES."""
+        """Remove superseded files of a partition: all but the one its owner names, the previous owner's, the
+        newest KEEP_FILES and those superseded less than SUPERSEDED_GRACE_S ago; and the partial files of writers
+        that died."""
+        pointer = self._pointer(table, partition) or {}
+        current = self._resolve(table, partition, pointer, {})
+        named = {current["file"]} if current else set()
+        if pointer.get("previous"):
+            named.add(self.path(pointer["previous"]))
         folder = os.path.dirname(self._pointer_path(table, partition))
-        current = self._pointer(table, partition)
-        named = {self.path(current['file'])} if current else set()
         versions = sorted(p for p in self._list(folder) if p.endswith(".parquet"))
-        for path in versions[:-KEEP_FILES]:
-            if path not in named:
-                try:
-                    self.fs.rm_file(path)
-                except FileNotFoundError:  # another writer collected it first
-                    pass
+        now = time.time_ns()
+        for path, newer in zip(versions[:-KEEP_FILES], versions[1:]):
+            if path not in named and now - _written_ns(newer) > SUPERSEDED_GRACE_S * 1e9:
+                self._remove(path)
+        self._sweep_partials(folder)
+
+    def _sweep_partials(self, folder: str) -> None:
+        """Remove the partial files (`.<name>.tmp-<host>-<pid>-<hex>`) that a killed writer left: at once when
+        that writer ran on this machine and is gone, after ABANDONED_AFTER_S when it ran on another."""
+        if not self.local:
+            return  # an object store has no partial objects
+        for path in self._list(folder):
+            found = _PARTIAL.match(os.path.basename(path))
+            if found and _abandoned(path, found["host"], int(found["pid"])):
+                self._remove(path)
+
+    def _remove(self, path: str) -> None:
+        try:
+            self.fs.rm_file(path)
+        except FileNotFoundError:  # another writer collected it first
+            pass
 
     # ---------------------------------------------------------------------------------------- reading
+
+    def snapshot(self) -> Snapshot:
+        """A consistent reading of the store: each owner pointer is read once, so the tables an asset partition
+        wrote are all seen from the same commit."""
+        return Snapshot(self)
 
     def tables(self) -> list[str]:
         """Every table with at least one partition (`schema.table`)."""
@@ -116,23 +190,13 @@ class TableStore:
 
     def files(self, table: str, partition: str | None = "*") -> list[str]:
         """The current files of a table: of every partition (`"*"`), or of one (None: the whole table)."""
-        if partition != "*":
-            pointer = self._pointer(table, partition)
-            return [self.path(pointer['file'])] if pointer else []
-        return [found["file"] for found in self.partitions(table)]
+        return self.snapshot().files(table, partition)
 
     def partitions(self, table: str) -> list[dict]:
-        """The current partitions of a table, each as its pointer names it: `partition` (None for a table written
-        whole), `file` (full path), `url` (the file as DuckDB opens it on `connection()`) and `stamp_id` (the
-        lineage stamp of the commit that wrote it; None for rows written without one)."""
-        found = []
-        for folder in sorted(self._list(f"{self.root}/tables/{table}")):
-            pointer = self._read_json(f"{folder}/{POINTER}")
-            if pointer:
-                path = self.path(pointer["file"])
-                found.append({"partition": partition_of(os.path.basename(folder)), "file": path,
-                              "url": self._urls([path])[0], "stamp_id": pointer.get("stamp_id")})
-        return found
+        """The current partitions of a table, each as its owner pointer names it: `partition` (None for a table
+        written whole), `file` (full path), `url` (the file as DuckDB opens it on `connection()`) and `stamp_id`
+        (the lineage stamp of the commit that wrote it; None for rows written without one)."""
+        return self.snapshot().partitions(table)
 
     def has(self, table: str) -> bool:
         return bool(self.files(table))
@@ -162,6 +226,24 @@ class TableStore:
                 pointer = self._read_json(path) if path.endswith(".json") else None
                 if pointer:
                     yield path, pointer
+
+    def _resolve(self, table: str, partition: str | None, pointer: dict, owners: dict) -> dict | None:
+        """The current file and stamp id of a table partition from its `CURRENT.json` content, reading its owner
+        pointer through `owners` (path -> content, filled on first read): the owner's file once the owner names
+        the partition, the previous owner's until then."""
+        if "file" in pointer and "owner" not in pointer:  # a pointer written before owner pointers
+            return {"file": self.path(pointer["file"]), "stamp_id": pointer.get("stamp_id")}
+        if "owner" not in pointer:
+            return None
+        owner = pointer["owner"]
+        if owner not in owners:
+            owners[owner] = self._read_json(self.path(owner))
+        named = ((owners[owner] or {}).get("files") or {}).get(_entry(table, partition))
+        if named:
+            return {"file": self.path(named), "stamp_id": owners[owner].get("stamp_id")}
+        if pointer.get("previous"):
+            return {"file": self.path(pointer["previous"]), "stamp_id": pointer.get("previous_stamp_id")}
+        return None
 
     def stamp(self, stamp_id: str) -> dict | None:
         """A stamp kept by any commit, by id."""
@@ -212,10 +294,13 @@ class TableStore:
 
     def define_views(self, con) -> None:
         """On a DuckDB connection: every table as a view over its current files (`metrics.values`, ...), with
-        `lineage.stamps` (every stamp kept) and `lineage.current` (asset, partition, stamp_id)."""
+        `lineage.stamps` (every stamp kept) and `lineage.current` (asset, partition, stamp_id), all from one
+        snapshot (the lineage pointers are read first, and each table partition resolves through them)."""
         self._register(con)
+        snapshot = self.snapshot()
+        current = snapshot.current_stamps()
         for table in self.tables():
-            files = self.files(table)
+            files = snapshot.files(table)
             if files:
                 schema, name = table.split(".", 1)
                 con.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
@@ -230,7 +315,7 @@ class TableStore:
             con.execute("CREATE OR REPLACE TABLE lineage.stamps (stamp_id VARCHAR, asset VARCHAR, partition VARCHAR, "
                         "run_id VARCHAR, version VARCHAR, stamp VARCHAR)")
         current = pd.DataFrame([{"asset": a, "partition": p, "stamp_id": s}  # noqa: F841 (read by the SQL below)
-                                for (a, p), s in self.current_stamps().items()],
+                                for (a, p), s in current.items()],
                                columns=["asset", "partition", "stamp_id"])
         con.execute("CREATE OR REPLACE TABLE lineage.current AS SELECT * FROM current")
 
@@ -244,6 +329,11 @@ class TableStore:
 
     def _current_path(self, asset: str, partition: str) -> str:
         return f"{self.root}/lineage/current/{_key(asset)}/{_key(partition or None)}.json"
+
+    def _unstamped_path(self, entries: list[str]) -> str:
+        """The owner pointer of commits without lineage that write exactly these table partitions."""
+        key = _key(entries[0]) if len(entries) == 1 else hashlib.sha256("\n".join(entries).encode()).hexdigest()[:16]
+        return f"{self.root}/lineage/unstamped/{key}.json"
 
     def _pointer(self, table: str, partition: str | None) -> dict | None:
         return self._read_json(self._pointer_path(table, partition))
@@ -260,6 +350,8 @@ class TableStore:
         return f"{self.root}/{relative}"
 
     def _read_json(self, path: str) -> dict | None:
+        if not self.local:  # a client answers "no such object" from a listing it cached; other processes write here
+            self.fs.invalidate_cache(os.path.dirname(path))
         try:  # one GET: no size or listing cached from an earlier look stands in for the object as it is now
             return json.loads(self.fs.cat_file(path))
         except FileNotFoundError:
@@ -273,9 +365,88 @@ class TableStore:
             return []
 
 
+class Snapshot:
+    """One consistent reading of a store: every owner pointer is read at most once (the first time a table
+    partition or `current_stamps` needs it), so two tables written by one commit are never seen from two."""
+
+    def __init__(self, store: TableStore):
+        self.store = store
+        self.owners: dict[str, dict | None] = {}  # owner pointer (relative path) -> its content when first read
+        self._scanned = False
+
+    def current_stamps(self) -> dict[tuple[str, str], str]:
+        """(asset, partition) -> the stamp id of what it holds, for every asset partition, read once: call it
+        before reading tables for the tables and the stamps to agree."""
+        if not self._scanned:
+            for path, pointer in self.store._lineage_pointers():
+                self.owners.setdefault(self.store._relative(path), pointer)
+            self._scanned = True
+        return {(p["asset"], p["partition"]): p["stamp_id"] for key, p in self.owners.items()
+                if p and key.startswith("lineage/current/")}
+
+    def files(self, table: str, partition: str | None = "*") -> list[str]:
+        """The current files of a table: of every partition (`"*"`), or of one (None: the whole table)."""
+        if partition != "*":
+            found = self._resolve(table, partition, self.store._pointer(table, partition) or {})
+            return [found["file"]] if found else []
+        return [found["file"] for found in self.partitions(table)]
+
+    def partitions(self, table: str) -> list[dict]:
+        """`TableStore.partitions`, resolved in this snapshot."""
+        found = []
+        for folder in sorted(self.store._list(f"{self.store.root}/tables/{table}")):
+            pointer = self.store._read_json(f"{folder}/{POINTER}")
+            partition = partition_of(os.path.basename(folder))
+            resolved = self._resolve(table, partition, pointer) if pointer else None
+            if resolved:
+                found.append({"partition": partition, **resolved, "url": self.store._urls([resolved["file"]])[0]})
+        return found
+
+    def _resolve(self, table: str, partition: str | None, pointer: dict) -> dict | None:
+        return self.store._resolve(table, partition, pointer, self.owners)
+
+
+_HOST = re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:40] or "host"
+
+
+def _commit_id() -> str:
+    """Time first, so that a folder's files sort by when they were written."""
+    return f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+
+
+def _written_ns(path: str) -> int:
+    """When a data file's commit began, from its name (`<time_ns>-<random>.parquet`); 0 for another name."""
+    head = os.path.basename(path).split("-", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
+def _abandoned(path: str, host: str, pid: int) -> bool:
+    """Whether a partial file's writer is gone: its process has ended (this machine), or it is old (another)."""
+    if host == _HOST:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # alive, another user's
+            pass
+    try:  # alive, or a process id since reused, or another machine's writer: judged by age
+        return time.time() - os.path.getmtime(path) > ABANDONED_AFTER_S
+    except FileNotFoundError:
+        return False
+
+
+def _named_table(qualified: str):
+    from resources.layout import Table
+
+    return Table(*qualified.split(".", 1))
+
+
 def _key(partition: str | None) -> str:
     """A partition key as one path segment (`tiny_llava|idrid` -> `tiny_llava%7Cidrid`)."""
-    return WHOLE if partition is None else quote(str(partition), safe="") or "%00"
+    if partition is None:
+        return WHOLE
+    quoted = quote(str(partition), safe="") or "%00"
+    return quoted.replace(".", "%2E") if set(quoted) == {"."} else quoted  # `.` and `..` never name a folder
 
 
 def partition_of(segment: str) -> str | None:

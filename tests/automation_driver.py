@@ -74,7 +74,10 @@ def _launch(job, graph, request: dg.RunRequest, instance, run_config):
     assets = set(request.asset_selection or [])
     checks = set(request.asset_check_keys) if request.asset_check_keys else _inseparable_checks(graph, assets)
     subset = job.get_subset(asset_selection=assets, asset_check_selection=checks)
-    return subset.execute_in_process(instance=instance, partition_key=request.partition_key, run_config=run_config,
+    # A run of checks alone (after a materialisation made without them) has no asset to check a partition key
+    # against; its partition travels in the request's tags, as on the run the daemon launches.
+    partition_key = request.partition_key if assets else None
+    return subset.execute_in_process(instance=instance, partition_key=partition_key, run_config=run_config,
                                      tags=dict(request.tags or {}), raise_on_error=False)
 
 

@@ -15,6 +15,7 @@ import dagster as dg
 import pytest
 
 from assets.labels import DATA_LAYER_JOB
+from focus_dagster import lineage
 from focus_dagster.config import FocusConfig
 from focus_dagster.definitions import build_definitions
 from tests.conftest import copy_tree
@@ -98,7 +99,11 @@ def test_a_dataset_that_cannot_be_read_fails_by_name_and_the_others_are_recorded
         message = failure.event_specific_data.error.message
         assert "idrid" in message and "1 dataset(s)" in message, message
         assert instance.get_materialized_partitions(dg.AssetKey("dataset_records")) == {"papila", "messidor_2"}
+        recorded = {r.partition_key: r.asset_materialization.tags["dagster/data_version"] for r in
+                    instance.fetch_materializations(dg.AssetKey("dataset_records"), limit=10).records}
     with table_views(broken) as con:
-        read = {d for (d,) in con.execute("SELECT partition FROM lineage.current "
-                                          "WHERE asset = 'dataset_records'").fetchall()}
-    assert read == {"papila", "messidor_2"}
+        stamps = dict(con.execute("SELECT c.partition, s.stamp FROM lineage.current c JOIN lineage.stamps s "
+                                  "USING (stamp_id) WHERE c.asset = 'dataset_records'").fetchall())
+    assert set(stamps) == {"papila", "messidor_2"}
+    # Each one recorded carries the data version of what it holds, as a run of its own would.
+    assert recorded == {d: lineage.data_version(lineage.loads(stamp)) for d, stamp in stamps.items()}

@@ -36,7 +36,8 @@ def test_synth_then_records_round_trips(synth_out, tmp_path, capsys, key):
 
 def test_records_errors_are_one_clear_line(tmp_path, capsys):
     assert main(["records", "brset", "--root", str(tmp_path / "missing"), "--out", str(tmp_path / "x.csv")]) == 2
-    assert "error: [brset] dataset root" in capsys.readouterr().err
+    assert capsys.readouterr().err == (f"error: --root {tmp_path / 'missing'} does not exist or is not a folder: give "
+                                       "the folder that holds brset's files as its publisher distributes them.\n")
     assert main(["records", "nosuch", "--root", str(tmp_path), "--out", str(tmp_path / "x.csv")]) == 2
     assert "unknown dataset 'nosuch'" in capsys.readouterr().err
 

@@ -40,9 +40,12 @@ def _table(home: Path, sql: str) -> pd.DataFrame:
 def test_demo_runs_end_to_end_and_says_where_results_are(demo):
     """The whole graph on two look-alikes with the default models, one LoRA adapter trained on Messidor-2
     included: scored in-domain and on RFMiD 2.0, and compared with its base."""
-    home, _, out = demo
+    home, env, out = demo
     assert "rfmid_2     read    50 = kept    49 + quarantined   1 | labelled    49 (native split)" in out
-    assert "FAILED" not in out and out.count("warn: ") == 2 and "make ui" in out and "artifacts/tables" in out
+    assert "FAILED" not in out and out.count("warn: ") == 2 and "artifacts/tables" in out
+    # The UI on this demo's instance: `make ui` alone would open the one under ./.focus.
+    assert (f"  open the UI: FOCUS_HOME={env['FOCUS_HOME']} FOCUS_CONFIG={env['FOCUS_CONFIG']} .venv/bin/focus ui   "
+            "(http://127.0.0.1:3000, lineage graph and every run above)") in out.splitlines()
     assert re.search(r"lora adapter +tiny_llava\.messidor_2\.any_dr +\d+ examples, \d+ steps, loss", out), out
     assert re.search(r"adapted scores +tiny_llava\.messidor_2\.any_dr \(pipeline-check\) +\d+ rows over 2 datasets",
                      out), out

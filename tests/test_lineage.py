@@ -69,6 +69,27 @@ def test_the_content_version_follows_the_content_not_the_run():
     assert lineage.frame_version(frame) != lineage.frame_version(frame.iloc[::-1])
 
 
+def test_the_data_version_follows_the_content_and_the_inputs_not_the_run():
+    """What the refresh compares: the same output of the same inputs, written by another run or code, is the same
+    data; other content, or the same content computed from another input, is not."""
+    def records(run: str, version: str) -> dict:
+        return lineage.stamp("dataset_records", "brset", run, version, code_version=f"code-{run}",
+                             inputs={"release": lineage.stamp("dataset_release", "brset", run, "rel-1",
+                                                              code_version=f"code-{run}")})
+
+    def labels(run: str, version: str, read: dict) -> dict:
+        return lineage.stamp("harmonised_labels", "brset", run, version, code_version=f"code-{run}",
+                             inputs={"records": read}, label_rule="brset.icdr")
+
+    first = labels("run-1", "lab-1", records("run-1", "rec-1"))
+    again = labels("run-2", "lab-1", records("run-2", "rec-1"))
+    assert lineage.data_version(first) == lineage.data_version(again)
+    assert lineage.data_version(labels("run-2", "lab-2", records("run-2", "rec-1"))) != lineage.data_version(first)
+    # Same labels read from other records: what is computed from them must follow too.
+    assert lineage.data_version(labels("run-2", "lab-1", records("run-2", "rec-2"))) != lineage.data_version(first)
+    assert lineage.data_version(None) is None
+
+
 def test_model_facts_name_the_hub_snapshot_commit_and_the_weights_file(tmp_path):
     # The hub cache layout: models--{org}--{name}/snapshots/{commit}/<files> (huggingface_hub's documented layout).
     commit = "0123456789abcdef0123456789abcdef01234567"

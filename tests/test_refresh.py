@@ -1,11 +1,11 @@
 """Refresh driven end to end by the automation, as the `focus_refresh` sensor launches it.
 
-From an empty instance the automation alone builds the whole graph; then, in turn, a changed label, a new
-image, a broken release, a change materialised by hand (as from the UI) and label mappings that lose group
-attributes (one: its rows withheld, the rest flows; all: blocked) are each followed by ticks until nothing
-more is requested. After each: every affected partition of every asset was refreshed, with its checks, in
-dependency order; nothing else was; nothing downstream of a failed blocking check ran; and no asset
-partition is left unsynced but those behind it.
+From an empty instance the automation alone builds the whole graph; then, in turn, records materialised again
+on unchanged data (as from the UI), a changed label, a new image, a broken release, a change materialised by hand
+and label mappings that lose group attributes (one: its rows withheld, the rest flows; all: blocked) are each
+followed by ticks until nothing more is requested. After each: every affected partition of every asset was
+refreshed, with its checks, in dependency order; nothing else was (unchanged data refreshes nothing); nothing
+downstream of a failed blocking check ran; and no asset partition is left unsynced but those behind it.
 """
 
 from __future__ import annotations
@@ -84,6 +84,40 @@ def test_the_automation_builds_the_whole_graph_with_every_check(world):
     assert unsynced(w.defs, w.instance) == set()
 
 
+def records_by_hand(w: World, dataset: str, with_check: bool) -> None:
+    """dataset_records[dataset] materialised outside the automation, as from the UI: with its check (the UI's
+    default) or bare."""
+    checks = None if with_check else set()  # None: every check of the selected asset
+    job = w.defs.resolve_implicit_global_asset_job_def().get_subset(
+        asset_selection={dg.AssetKey("dataset_records")}, asset_check_selection=checks)
+    assert job.execute_in_process(instance=w.instance, partition_key=dataset).success
+
+
+def data_version(w: World, asset: str, partition: str) -> str:
+    """The data version of the latest materialisation of one asset partition."""
+    [record] = w.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1).records
+    return record.asset_materialization.tags["dagster/data_version"]
+
+
+def test_records_materialised_again_on_unchanged_data_refresh_nothing_downstream(world):
+    """IDRiD's records materialised again on unchanged data, as from the UI, first with their check and then bare:
+    their data version is the one they had, so the automation requests nothing below them (no labels, no GPU
+    step, no metrics). After the bare one it runs the records' check alone, so that the gates downstream keep a
+    verdict on the latest materialisation. The next scenario changes one label: then the whole chain runs."""
+    w, _ = world
+    before = data_version(w, "dataset_records", "idrid")
+    records_by_hand(w, "idrid", with_check=True)
+    assert data_version(w, "dataset_records", "idrid") == before
+    assert w.refresh().requested() == {}
+    records_by_hand(w, "idrid", with_check=False)
+    refresh = w.refresh()
+    assert refresh.requested() == {"dataset_records:quarantine_rate": {"idrid"}}
+    assert refresh.check_verdicts() == {("dataset_records", "quarantine_rate", "idrid"): True}
+    assert materialized_of(refresh) == set()
+    assert unsynced(w.defs, w.instance) == set()
+
+
 def test_a_changed_label_refreshes_its_dataset_in_order_and_leaves_nothing_unsynced(world):
     w, _ = world
     label = w.config.root_of("idrid") / "B. Disease Grading" / "2. Groundtruths" / \
@@ -122,12 +156,16 @@ def test_a_new_image_refreshes_only_its_dataset_and_the_aggregates(world):
 
 
 def test_a_change_materialised_by_hand_is_checked_then_followed(world):
-    """Records re-read outside the automation and without their check (a bare materialisation, as from the
-    UI): the automation runs the check, then the rest of the chain."""
+    """An image damaged in place (same name and size, so the release's listing cannot see it), and the records
+    re-read outside the automation and without their check (a bare materialisation, as from the UI): the image's
+    row is quarantined, so the records have a new data version; the automation runs the check, then the rest of
+    the chain."""
     w, _ = world
-    job = w.defs.resolve_implicit_global_asset_job_def().get_subset(
-        asset_selection={dg.AssetKey("dataset_records")}, asset_check_selection=set())
-    assert job.execute_in_process(instance=w.instance, partition_key="idrid").success
+    image = sorted(w.config.root_of("idrid").rglob("*.jpg"))[0]  # one of those a later scenario removes
+    image.write_bytes(bytes(image.stat().st_size))
+    before = data_version(w, "dataset_records", "idrid")
+    records_by_hand(w, "idrid", with_check=False)
+    assert data_version(w, "dataset_records", "idrid") != before
     refresh = w.refresh()
     requested = refresh.requested()
     assert requested["dataset_records:quarantine_rate"] == {"idrid"}

@@ -138,12 +138,21 @@ def test_a_write_killed_before_its_pointers_leaves_the_last_commit_whole(storage
     assert set(storage.read_partition(SAMPLES, "idrid")["version"]) == {"v3"}
 
 
-def test_superseded_files_are_collected_but_the_newest_are_kept(storage, tmp_path):
+def test_superseded_files_are_collected_but_the_newest_are_kept(storage, tmp_path, monkeypatch):
+    monkeypatch.setattr("resources.tables.SUPERSEDED_GRACE_S", 0)
     for version in ("v1", "v2", "v3", "v4"):
         _predictions(storage, version, 1)
     folder = Path(storage.tables_url) / "tables" / "predictions.samples" / "idrid"
     assert len(list(folder.glob("*.parquet"))) == KEEP_FILES
     assert set(storage.read_partition(SAMPLES, "idrid")["version"]) == {"v4"}
+
+
+def test_a_file_superseded_moments_ago_stays_for_the_readers_that_resolved_it(storage):
+    files = []
+    for version in ("v1", "v2", "v3", "v4"):
+        _predictions(storage, version, 1)
+        files += storage.store.files("predictions.samples", "idrid")
+    assert [set(storage.store.read_files([f])["version"]) for f in files] == [{"v1"}, {"v2"}, {"v3"}, {"v4"}]
 
 
 def _writer(url: str, dataset: str, rounds: int) -> None:
@@ -208,3 +217,168 @@ def test_a_home_from_before_the_parquet_store_is_migrated_on_first_use(tmp_path)
     assert not config.database.exists() and config.database.with_name("focus.duckdb.migrated").is_file()
     FocusStorage.from_config(config)  # a second use finds nothing to move
     assert len(storage.store.files("metrics.values")) == 2
+
+
+# ------------------------------------------------------------------- one commit point for every table it writes
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL: nothing after it runs, no cleanup of the writer's own."""
+
+
+def _kill_at(monkeypatch, step: str) -> None:
+    def reached(self, name):
+        if name == step:
+            raise Killed(step)
+
+    monkeypatch.setattr(TableStore, "_reached", reached)
+
+
+def _seen(storage) -> dict:
+    """What a reader sees of the predictions of idrid: the versions each table holds, read through the views,
+    through a stamped read and through the store's per-table reads."""
+    with storage.views() as con:
+        views = {table: {v for (v,) in con.execute(f"SELECT DISTINCT version FROM {table}").fetchall()}
+                 for table in ("predictions.samples", "predictions.unavailable")}
+        stamp_ids = {s for (s,) in con.execute("SELECT stamp_id FROM lineage.current").fetchall()}
+    (samples, unavailable), stamp = storage.read_stamped([(SAMPLES, "idrid"), (UNAVAILABLE, "idrid")],
+                                                         "predictions", "idrid")
+    return {"views": views, "stamped": ({*samples["version"]}, {*unavailable["version"]}, stamp["version"]),
+            "stamp_ids": stamp_ids}
+
+
+def _predictions_with_versions(storage, version: str, rows: int) -> None:
+    samples = pd.DataFrame({"image_id": [f"i{k}" for k in range(rows)], "version": version, "partition": "idrid"})
+    unavailable = pd.DataFrame({"reason": [f"r-{version}"], "version": version, "partition": "idrid"})
+    storage.replace_partitions([(SAMPLES, "idrid", samples), (UNAVAILABLE, "idrid", unavailable)],
+                               stamp=_stamp("predictions", "idrid", version))
+
+
+@pytest.mark.parametrize("step", ["data", "stamps", "owners", "pointer", "collect"])
+def test_a_writer_killed_at_any_step_leaves_every_table_of_one_commit(storage, monkeypatch, step):
+    """Two tables of one asset partition: before the commit point (the owner pointer) readers see the old
+    commit in both tables, after it the new one in both; never the new samples with the old unavailable rows."""
+    _predictions_with_versions(storage, "v1", 3)
+    _kill_at(monkeypatch, step)
+    with pytest.raises(Killed):
+        _predictions_with_versions(storage, "v2", 5)
+    monkeypatch.undo()
+    landed = step in ("pointer", "collect")
+    version = "v2" if landed else "v1"
+    seen = _seen(storage)
+    assert seen["views"] == {"predictions.samples": {version}, "predictions.unavailable": {version}}
+    assert seen["stamped"] == ({version}, {version}, version)
+    assert seen["stamp_ids"] == {storage.store.current("predictions", "idrid")["stamp_id"]}
+    _predictions_with_versions(storage, "v3", 2)  # the rerun completes
+    assert _seen(storage)["views"] == {"predictions.samples": {"v3"}, "predictions.unavailable": {"v3"}}
+
+
+def test_a_kill_between_two_table_pointers_shows_neither_new_table(storage, monkeypatch):
+    """A partition that another writer owned (an unstamped repair) taken over by an asset partition: the writer
+    dies after the first table pointer changed owner and before the second did; readers still see the old rows
+    of both tables, then the rerun's."""
+    storage.replace_partitions([(SAMPLES, "idrid", pd.DataFrame({"version": ["v0"], "partition": "idrid"})),
+                                (UNAVAILABLE, "idrid", pd.DataFrame({"version": ["v0"], "partition": "idrid"}))])
+    real_put, pointers = TableStore._put, []
+
+    def dies_at_the_second_table_pointer(self, path, data):
+        if path.endswith("/CURRENT.json"):
+            pointers.append(path)
+            if len(pointers) == 2:
+                raise Killed(path)
+        real_put(self, path, data)
+
+    monkeypatch.setattr(TableStore, "_put", dies_at_the_second_table_pointer)
+    with pytest.raises(Killed):
+        _predictions_with_versions(storage, "v1", 3)
+    monkeypatch.undo()
+    with storage.views() as con:
+        for table in ("predictions.samples", "predictions.unavailable"):
+            assert con.execute(f"SELECT DISTINCT version FROM {table}").fetchall() == [("v0",)]
+    _predictions_with_versions(storage, "v1", 3)
+    assert _seen(storage)["views"] == {"predictions.samples": {"v1"}, "predictions.unavailable": {"v1"}}
+
+
+def _write_forever(url: str, done) -> None:
+    storage = FocusStorage(tables_url=url, artifacts_dir=url)
+    k = 0
+    while not done.is_set():
+        k += 1
+        _predictions_with_versions(storage, f"v{k}", 1 + k % 7)
+
+
+def test_a_reader_never_combines_two_commits_while_a_writer_commits(storage):
+    """A writer in another process commits both tables again and again; every snapshot this process reads shows
+    one version in both tables (the bound is on reads, so a slow machine only reads fewer commits)."""
+    _predictions_with_versions(storage, "v0", 1)
+    context = multiprocessing.get_context("spawn")
+    done = context.Event()
+    writer = context.Process(target=_write_forever, args=(storage.tables_url, done))
+    writer.start()
+    try:
+        versions = set()
+        for _ in range(60):
+            seen = _seen(storage)
+            assert seen["views"]["predictions.samples"] == seen["views"]["predictions.unavailable"]
+            assert seen["stamped"][0] == seen["stamped"][1] == {seen["stamped"][2]}
+            versions |= seen["views"]["predictions.samples"]
+    finally:
+        done.set()
+        writer.join(60)
+    assert writer.exitcode == 0
+
+
+def _dies_while_writing(url: str) -> None:
+    """A writer that is SIGKILLed after its first data file is written and before its rename."""
+    import os
+    import signal
+
+    def killed_before_rename(source, target):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    os.replace = killed_before_rename
+    _predictions_with_versions(FocusStorage(tables_url=url, artifacts_dir=url), "killed", 4)
+
+
+def test_the_partial_file_of_a_killed_writer_is_collected(storage, tmp_path):
+    import os
+    import time
+
+    _predictions_with_versions(storage, "v1", 3)
+    context = multiprocessing.get_context("spawn")
+    writer = context.Process(target=_dies_while_writing, args=(storage.tables_url,))
+    writer.start()
+    writer.join(120)
+    assert writer.exitcode == -9
+    folder = Path(storage.tables_url) / "tables" / "predictions.samples" / "idrid"
+    partials = [p for p in folder.iterdir() if ".tmp-" in p.name]
+    assert len(partials) == 1 and f"-{writer.pid}-" in partials[0].name
+    assert set(storage.read_partition(SAMPLES, "idrid")["version"]) == {"v1"}
+    # Partial files of other writers: one alive here (this process), two of another machine, one old.
+    alive = folder / f".x.parquet.tmp-{partials[0].name.split('.tmp-')[1].rsplit('-', 2)[0]}-{os.getpid()}-abcdef"
+    elsewhere_new, elsewhere_old = (folder / ".y.parquet.tmp-elsewhere-1-abcdef",
+                                    folder / ".z.parquet.tmp-elsewhere-2-abcdef")
+    for path in (alive, elsewhere_new, elsewhere_old):
+        path.write_bytes(b"")
+    os.utime(elsewhere_old, (time.time() - 7200, time.time() - 7200))
+    _predictions_with_versions(storage, "v2", 2)
+    left = sorted(p.name for p in folder.iterdir() if ".tmp-" in p.name)
+    assert left == sorted([alive.name, elsewhere_new.name])
+    assert set(storage.read_partition(SAMPLES, "idrid")["version"]) == {"v2"}
+
+
+def test_a_store_written_before_owner_pointers_is_read_and_taken_over(storage):
+    """Table pointers of the earlier protocol (`{"file", "commit", "stamp_id"}`) still resolve; the next commit
+    takes the partition over without a moment where it is missing."""
+    import json
+
+    root = Path(storage.tables_url)
+    folder = root / "tables" / "predictions.samples" / "idrid"
+    folder.mkdir(parents=True)
+    pd.DataFrame({"version": ["old"], "partition": "idrid"}).to_parquet(folder / "00000000000000000001-aaaa.parquet")
+    (folder / "CURRENT.json").write_text(json.dumps({
+        "file": "tables/predictions.samples/idrid/00000000000000000001-aaaa.parquet",
+        "commit": "00000000000000000001-aaaa", "stamp_id": None}))
+    assert storage.read_partition(SAMPLES, "idrid")["version"].tolist() == ["old"]
+    _predictions_with_versions(storage, "v1", 2)
+    assert set(storage.read_partition(SAMPLES, "idrid")["version"]) == {"v1"}

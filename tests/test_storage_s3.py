@@ -79,8 +79,9 @@ def test_commits_land_in_the_bucket_and_read_back_through_the_views(bucket, tmp_
     assert len([k for k in partition if k.endswith(".parquet")]) == 2  # both commits kept (the newest two)
     pointer = json.loads(client.get_object(Bucket=name, Key="focus/tables/tables/predictions.samples/idrid/"
                                                                "CURRENT.json")["Body"].read())
-    assert f"focus/tables/{pointer['file']}" in partition
-    assert "focus/tables/lineage/current/predictions/idrid.json" in keys
+    assert pointer["owner"] == "lineage/current/predictions/idrid.json"  # the commit point of every table it wrote
+    owner = json.loads(client.get_object(Bucket=name, Key=f"focus/tables/{pointer['owner']}")["Body"].read())
+    assert f"focus/tables/{owner['files']['predictions.samples@idrid']}" in partition
     (samples,), stamp = storage.read_stamped([(SAMPLES, "idrid")], "predictions", "idrid")
     assert stamp["version"] == "v2" and len(samples) == 5
     with storage.views() as con:

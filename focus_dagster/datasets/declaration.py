@@ -54,7 +54,10 @@ EDEMA_NEGATIVE = (0, "no", "false", "n")
 AGE_RANGE = (0.0, 130.0)
 SPLIT_VALUES = {"train": ("train", "training"), "val": ("val", "validation", "valid"), "test": ("test", "testing")}
 LABEL_SUFFIXES = (".csv", ".tsv", ".txt", ".xlsx", ".xlsm")
+# A dataset key of the user's own names a table (records.<key>) and folders and files of the stores: a plain
+# lower-case identifier, so that it can never lead out of a store nor need quoting in SQL.
 KEY_PATTERN = r"^[a-z][a-z0-9_]*$"
+KEY_MAX = 64
 
 # YAML reads unquoted yes / no / true / false as booleans: in a value list they stand for those words.
 YAML_TRUE = ("yes", "true", "y", "on")
@@ -381,5 +384,8 @@ def described(values: tuple[Value, ...]) -> str:
 
 
 def check_key(key: str) -> None:
-    if not re.match(KEY_PATTERN, key):
-        raise ValueError(f"dataset key {key!r}: lower-case letters, digits and _, starting with a letter")
+    """A declared dataset's key, refused unless it matches KEY_PATTERN whole (`re.match`'s `$` would let a
+    trailing newline through)."""
+    if len(key) > KEY_MAX or not re.fullmatch(KEY_PATTERN, key):
+        raise ValueError(f"dataset key {key!r}: lower-case letters, digits and _, starting with a letter, at most "
+                         f"{KEY_MAX} characters ({KEY_PATTERN}); rename the key")

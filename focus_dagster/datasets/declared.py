@@ -14,8 +14,6 @@ delimiter that does not split the header.
 
 from __future__ import annotations
 
-import csv
-import io
 import posixpath
 from pathlib import Path
 from typing import Callable
@@ -33,7 +31,13 @@ from focus_dagster.datasets.declaration import (
     matches,
     number,
 )
-from focus_dagster.datasets.label_files import decode_label_bytes, normalise_header, read_label_csv
+from focus_dagster.datasets.label_files import (
+    DELIMITERS,
+    decode_label_bytes,
+    header_columns,
+    normalise_header,
+    read_label_csv,
+)
 from focus_dagster.datasets.marks import mark_rows, with_reason_columns
 from focus_dagster.datasets.reader import DatasetReader, path_leaves_root
 from focus_dagster.datasets.records import LabelTable
@@ -41,7 +45,6 @@ from focus_dagster.datasets.rows import standard_frame
 from focus_dagster.errors import DatasetLayoutError
 
 BLANKS = ("", "na", "n/a", "null", "none", "nan")
-DELIMITERS = (",", ";", "\t", "|")
 DETECTED_ENCODINGS = ("utf-8-sig", "cp1252")
 EXAMPLES = 3
 
@@ -98,7 +101,7 @@ class DeclaredReader(DatasetReader):
     def _delimiter(self, text: str, path: Path) -> str:
         """The declared delimiter, checked against the header; else the one the header is split by."""
         header = text.splitlines()[0] if text else ""
-        counts = {d: len(next(csv.reader(io.StringIO(header), delimiter=d), [])) for d in DELIMITERS}
+        counts = header_columns(text)
         best = max(DELIMITERS, key=lambda d: counts[d])
         declared = self.declaration.delimiter
         if declared is not None:

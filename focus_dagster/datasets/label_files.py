@@ -15,6 +15,9 @@ from focus_dagster.datasets.marks import mark_rows
 from focus_dagster.errors import DatasetLayoutError, LabelFileError, missing_columns_error
 
 TRUNCATED_ROW = "truncated_row"
+# The delimiters a label file may be written with: the publishers' commas, and what a spreadsheet set to a locale
+# with decimal commas (';'), a TSV export (tab) or a database dump ('|') writes instead.
+DELIMITERS = (",", ";", "\t", "|")
 
 
 def decode_label_bytes(raw: bytes, path: str, dataset: str, encodings: tuple[str, ...]) -> str:
@@ -57,6 +60,27 @@ def normalise_header(name: str) -> str:
     return str(name).replace("\ufeff", "").replace("\xa0", " ").strip()
 
 
+def header_columns(text: str, delimiters: tuple[str, ...] = DELIMITERS) -> dict[str, int]:
+    """How many columns the first line of a CSV text splits into on each delimiter (quotes respected)."""
+    header = text.splitlines()[0] if text else ""
+    return {d: len(next(csv.reader(io.StringIO(header), delimiter=d), [])) for d in delimiters}
+
+
+def refuse_other_delimiter(text: str, path, dataset: str, expected: str = ",") -> None:
+    """Refuse a file whose header does not split on the delimiter its reader expects but does on another: it was
+    re-saved with that one. Said before pandas reads it, which would report a field count ("Expected 1 fields in
+    line 3, saw 2") or every required column missing, and name neither delimiter."""
+    counts = header_columns(text, tuple(dict.fromkeys((expected, *DELIMITERS))))
+    found = max(counts, key=counts.get)
+    if counts[expected] > 1 or counts[found] <= 1:
+        return
+    raise LabelFileError(
+        f"[{dataset}] {path} is not delimited by {expected!r} as its publisher's file is: its header line splits "
+        f"into {counts[found]} columns on {found!r} and into {counts[expected]} on {expected!r}. Save it with "
+        f"{expected!r} between the fields, or restore the publisher's original file."
+    )
+
+
 def read_label_csv(
     root: Path,
     rel_path: str,
@@ -74,6 +98,7 @@ def read_label_csv(
     if not path.is_file():
         raise DatasetLayoutError(f"[{dataset}] label file {path} is missing. Expected the publisher's {rel_path}.")
     text = decode_label_bytes(path.read_bytes(), str(path), dataset, encodings)
+    refuse_other_delimiter(text, path, dataset, delimiter)
     try:
         frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, na_filter=False, sep=delimiter)
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:

@@ -4,7 +4,8 @@ Pipeline checks (the built-in seeded toy models, `domain: pipeline-check`) test 
 nothing about retinal images. Within each method x task block the real models are ranked first by test AUROC,
 then the pipeline checks by theirs, so a check never stands above a real model whatever its AUROC; a check's
 model carries MARK and the table ends with FOOTNOTE. Which models are checks is the caller's to say (the
-model specs know it), as a set of model ids.
+model specs know it), as a set of model ids. Every name in a cell is escaped (focus_dagster/markup.py): a model id
+or dataset of a user's is shown as written by any Markdown viewer, never read as markup.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import pandas as pd
 
 from focus_dagster.evaluation.predictions import CONFIG_COLUMNS, keyed_by_training
+from focus_dagster.markup import md_text
 
 MARK = "†"
 FOOTNOTE = (f"{MARK} pipeline check: a seeded toy model that tests the plumbing; its numbers say nothing about "
@@ -35,6 +37,11 @@ def marked(model: str, pipeline_check: bool) -> str:
     return f"{model} {MARK}" if pipeline_check else model
 
 
+def _names(row, *columns: str) -> list[str]:
+    """The row's names in `columns`, as Markdown text (a missing training dataset as `-`)."""
+    return [md_text(getattr(row, column) or "-") for column in columns]
+
+
 def leaderboard_markdown(table: pd.DataFrame, top: int = 3, pipeline_checks=frozenset()) -> str:
     """Top configurations per family (interface x method) and task by test AUROC, with ECE and metric ids;
     pipeline checks (`pipeline_checks`, model ids) marked and ranked after the real models."""
@@ -44,9 +51,10 @@ def leaderboard_markdown(table: pd.DataFrame, top: int = 3, pipeline_checks=froz
     lines = ["| method | task | model | dataset | trained on | AUROC (95% CI) | ECE | metric_id |",
              "|---|---|---|---|---|---|---|---|"]
     for row in best.itertuples():
+        method, task, model, dataset, trained_on = _names(row, "method", "task", "model", "dataset", "train_dataset")
         lines.append(
-            f"| {row.method} | {row.task} | {marked(row.model, row.pipeline_check)} | {row.dataset} | "
-            f"{row.train_dataset or '-'} | {fmt(row.value)} ({fmt(row.ci_low)}-{fmt(row.ci_high)}) | {fmt(row.ece)} | "
+            f"| {method} | {task} | {marked(model, row.pipeline_check)} | {dataset} | "
+            f"{trained_on} | {fmt(row.value)} ({fmt(row.ci_low)}-{fmt(row.ci_high)}) | {fmt(row.ece)} | "
             f"`{row.metric_id}` |")
     if best["pipeline_check"].any():
         lines += ["", FOOTNOTE]
@@ -60,7 +68,8 @@ def cross_matrix_markdown(table: pd.DataFrame) -> str:
         return "no cross-dataset pairs"
     lines = ["| model | task | trained on | tested on | AUROC | 95% CI | metric_id |", "|---|---|---|---|---|---|---|"]
     for row in auroc.sort_values(["model", "task", "train_dataset", "dataset"]).itertuples():
-        lines.append(f"| {row.model} | {row.task} | {row.train_dataset} | {row.dataset} | {fmt(row.value)} | "
+        model, task, trained_on, tested_on = _names(row, "model", "task", "train_dataset", "dataset")
+        lines.append(f"| {model} | {task} | {trained_on} | {tested_on} | {fmt(row.value)} | "
                      f"{fmt(row.ci_low)}-{fmt(row.ci_high)} | `{row.metric_id}` |")
     return "\n".join(lines[:202])
 

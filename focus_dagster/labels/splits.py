@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from focus_dagster.datasets.label_files import decode_label_bytes, normalise_header
+from focus_dagster.datasets.label_files import decode_label_bytes, normalise_header, refuse_other_delimiter
 from focus_dagster.datasets.records import SPLITS
 from focus_dagster.errors import DatasetLayoutError
 from focus_dagster.labels.rules import TASKS
@@ -211,6 +211,7 @@ def read_split_file(path: Path, dataset: str) -> pd.DataFrame:
     import io
 
     text = decode_label_bytes(path.read_bytes(), str(path), dataset, ("utf-8-sig", "latin-1"))
+    refuse_other_delimiter(text, path, dataset)
     frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
     frame = frame.rename(columns=normalise_header)
     required = {"brset": ["patient_id", "image_id", "split"], "mbrset": ["patient", "file", "split"]}.get(

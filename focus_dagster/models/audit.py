@@ -55,9 +55,13 @@ def read_weights(path: str | Path, model_id: str) -> dict:
     if not path.is_file():
         raise WeightsNotFoundError(f"model {model_id!r}: no weights file at {path}.")
     if path.suffix in SAFETENSORS_SUFFIXES:
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        return load_file(str(path), device="cpu")
+        try:
+            return load_file(str(path), device="cpu")
+        except SafetensorError as exc:
+            raise unreadable_safetensors(model_id, path, exc) from exc
     try:
         loaded = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:  # the unpickler refuses anything but tensors and plain containers
@@ -120,6 +124,31 @@ def pickle_refused(model_id: str, where: str, exc: BaseException) -> CheckpointE
         "save its state dict with safetensors.torch.save_file, or save_pretrained(..., safe_serialization=True) "
         "for a hub folder), then point the spec's path at the converted weights."
     )
+
+
+def unreadable_safetensors(model_id: str, path: Path, exc: BaseException) -> CheckpointError:
+    """The platform's error for a safetensors file its library cannot parse: almost always a file cut short by an
+    interrupted download or copy, which only a fresh copy mends."""
+    size = f" ({path.stat().st_size} bytes)" if path.is_file() else ""
+    return CheckpointError(
+        f"model {model_id!r}: weights file {path}{size} cannot be read as safetensors ({exc}): it is truncated or "
+        "damaged, as an interrupted download or copy leaves it. Download or copy it again from its source and "
+        "compare its size and sha256 with the source's."
+    )
+
+
+def first_unreadable_safetensors(folder: Path) -> tuple[Path, BaseException] | None:
+    """The first safetensors file of a folder whose header does not parse, with safetensors' reason; None when
+    every one does. Reading a header costs a few bytes, not the tensors."""
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt"):
+                pass
+        except SafetensorError as exc:
+            return path, exc
+    return None
 
 
 def describe_keys(mapping: Mapping, limit: int = 12) -> str:

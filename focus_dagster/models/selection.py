@@ -15,6 +15,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from focus_dagster.files import confined
 from focus_dagster.models.spec import PREPROCESS_FIELDS, ModelSpec, ModelSpecError, Preprocess
 
 # Where a preprocessing value came from (the model's own configuration files add theirs: models/preprocessing.py).
@@ -39,7 +40,7 @@ def resolve_models(entries: Iterable | None, cache_dir: Path, where: str = "focu
         entry = {"id": entry} if isinstance(entry, str) else dict(entry)
         spec = _spec_for(entry, CATALOG, where)
         if spec.path is None and spec.family in SELF_BUILDING_FAMILIES:  # their folder: the model cache
-            spec = spec.with_path(Path(cache_dir) / spec.id)
+            spec = spec.with_path(confined(cache_dir, spec.id, f"the model cache folder of {spec.id!r}"))
         if spec.id in specs:
             raise ModelSpecError(f"{where}: model {spec.id!r} is listed twice under `models`.")
         specs[spec.id] = spec

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from focus_dagster.markup import md_text
 from focus_dagster.report import arena, figures
 from focus_dagster.report.page import Num, ReportTable, Section, format_number, page, plain
 
@@ -314,14 +315,15 @@ def _trace_example(frame: pd.DataFrame) -> str:
 
 
 def headline_markdown(report: Report) -> str:
-    """The headline tables (method means, task cliff, LoRA means) as Markdown, with each reading."""
+    """The headline tables (method means, task cliff, LoRA means) as Markdown, with each reading; readings and
+    names carry model ids and dataset keys of the user's, so they are escaped."""
     wanted = {"method_means": ["family", "method", "domain", "task"], "task_cliff": ["series", "task"],
               "lora_means": ["series", "domain", "metric"]}
     parts = []
     for section in report.sections:
         for table in section.tables:
             if table.name in wanted and len(table.frame):
-                parts += [f"**{section.title}** — {plain(section.reading)}", "",
+                parts += [f"**{section.title}** — {md_text(plain(section.reading))}", "",
                           _markdown_means(table.frame, wanted[table.name]), ""]
     return "\n".join(parts) or "no metric rows yet"
 
@@ -333,6 +335,6 @@ def _markdown_means(frame: pd.DataFrame, keys: list[str]) -> str:
         ids = str(row["metric_ids"]).split()
         interval = (f" ({format_number(row['ci_low'])}–{format_number(row['ci_high'])})"
                     if not np.isnan(row["ci_low"]) else "")
-        lines.append("| " + " | ".join(str(row[k]) for k in keys) + f" | {row['configurations']} | "
+        lines.append("| " + " | ".join(md_text(row[k]) for k in keys) + f" | {row['configurations']} | "
                      f"{format_number(row['mean'])}{interval} | `{ids[0] if ids else ''}` |")
     return "\n".join(lines)

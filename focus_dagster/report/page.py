@@ -1,5 +1,9 @@
 """The report as one self-contained HTML file: figures embedded as SVG data, tables whose every number carries
-the metric_id it comes from (`data-metric-id`, shown on hover), no script and nothing fetched from a network."""
+the metric_id it comes from (`data-metric-id`, shown on hover), no script and nothing fetched from a network.
+
+Every text of the page goes through `html.escape`, the section and table names and the header lines too: model
+ids, dataset keys, values of users' files and reasons are shown as written in any browser, never read as markup.
+"""
 
 from __future__ import annotations
 
@@ -64,13 +68,13 @@ code { background: #f3f3f3; padding: 0 .25rem; border-radius: 3px; } nav a { mar
 
 def page(title: str, header: list[str], sections: list[Section], trace_example: str) -> str:
     """The whole HTML document."""
-    nav = " ".join(f'<a href="#{s.name}">{html.escape(s.title)}</a>' for s in sections)
+    nav = " ".join(f'<a href="#{html.escape(s.name)}">{html.escape(s.title)}</a>' for s in sections)
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
-        *(f'<p class="meta">{line}</p>' for line in header),
+        *(f'<p class="meta">{html.escape(line)}</p>' for line in header),  # they name the tables' location
         '<p class="note">Every number carries the <code>metric_id</code> of the row it comes from: hover it to see '
         "the id, then <code>focus trace ID</code> walks from that number to the predictions, model weights, labels "
         f"and files that produced it (e.g. <code>focus trace {html.escape(trace_example)}</code>). A mean lists the "
@@ -83,12 +87,13 @@ def page(title: str, header: list[str], sections: list[Section], trace_example: 
 
 
 def section_html(section: Section) -> str:
-    out = [f'<section id="{section.name}"><h2>{html.escape(section.title)}</h2>',
+    name = html.escape(section.name)
+    out = [f'<section id="{name}"><h2>{html.escape(section.title)}</h2>',
            f'<p class="reading">{prose(section.reading)}</p>']
     if section.figure is not None:
         data = base64.b64encode(section.figure.svg).decode()
         out.append(f'<figure><img alt="{html.escape(section.title)}" src="data:image/svg+xml;base64,{data}">'
-                   f'<figcaption class="note">figures/{section.name}.png</figcaption></figure>')
+                   f'<figcaption class="note">figures/{name}.png</figcaption></figure>')
     out += [f'<p class="note">{html.escape(note)}</p>' for note in section.notes]
     for table in section.tables:
         out.append(table_html(table))
@@ -125,10 +130,11 @@ def table_html(table: ReportTable) -> str:
             else:
                 cells.append(f"<td>{html.escape(_text(value))}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    more = (f'<p class="note">first {MAX_HTML_ROWS} of {len(frame)} rows; all of them in tables/{table.name}.csv</p>'
+    name = html.escape(table.name)
+    more = (f'<p class="note">first {MAX_HTML_ROWS} of {len(frame)} rows; all of them in tables/{name}.csv</p>'
             if len(frame) > MAX_HTML_ROWS else "")
-    return (f"<details{' open' if len(frame) <= OPEN_ROWS else ''}><summary>{html.escape(table.title)} <span class=\"note\">(tables/{table.name}.csv)"
-            f"</span></summary><table data-table=\"{table.name}\"><thead><tr>{head}</tr></thead><tbody>"
+    return (f"<details{' open' if len(frame) <= OPEN_ROWS else ''}><summary>{html.escape(table.title)} <span class=\"note\">(tables/{name}.csv)"
+            f"</span></summary><table data-table=\"{name}\"><thead><tr>{head}</tr></thead><tbody>"
             + "".join(body) + f"</tbody></table>{more}</details>")
 
 

@@ -26,8 +26,15 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from focus_dagster.files import file_sha256  # noqa: E402
-from focus_dagster.models.audit import TORCH_SUFFIXES, LoadReport, is_pickle_refusal, pickle_refused
+from focus_dagster.files import confined, file_sha256  # noqa: E402
+from focus_dagster.models.audit import (  # noqa: E402
+    TORCH_SUFFIXES,
+    LoadReport,
+    first_unreadable_safetensors,
+    is_pickle_refusal,
+    pickle_refused,
+    unreadable_safetensors,
+)
 from focus_dagster.models.base import LoadedEncoder
 from focus_dagster.models.quiet import quiet_transformers
 from focus_dagster.models.spec import (
@@ -172,6 +179,9 @@ def load_pretrained(
         if is_pickle_refusal(exc):
             # Raised from None: PyTorch's advice to set weights_only=False must not reach the user as if it were ours.
             raise pickle_refused(spec.id, _weights_files(folder), exc) from None
+        unreadable = first_unreadable_safetensors(folder)
+        if unreadable is not None:  # safetensors' own error names neither the model nor the file
+            raise unreadable_safetensors(spec.id, *unreadable) from exc
         if not isinstance(exc, (OSError, RuntimeError, ValueError)):
             raise
         raise CheckpointError(f"model {spec.id!r}: {folder} could not be loaded as {model_class.__name__}: {exc}") from exc
@@ -437,7 +447,7 @@ def load_tiny_clip(spec: ModelSpec) -> LoadedEncoder:
 
 def _default_cache(spec: ModelSpec) -> Path:
     home = Path(os.environ.get("FOCUS_HOME") or ".focus").expanduser()
-    return home / "models" / spec.id
+    return confined(home / "models", spec.id, f"the model cache folder of {spec.id!r}")
 
 
 def build_tiny_clip(folder: Path, spec: ModelSpec) -> Path:

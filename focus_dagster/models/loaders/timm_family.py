@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from focus_dagster.files import atomic_path, file_sha256
+from focus_dagster.files import atomic_path, confined, file_sha256
 from focus_dagster.models.audit import (
     SAFETENSORS_SUFFIXES,
     TORCH_SUFFIXES,
@@ -569,7 +569,7 @@ def tiny_vit_cache(spec: ModelSpec) -> Path:
         return Path(spec.path).expanduser()
     from focus_dagster.config import load_config
 
-    return load_config().model_cache / spec.id
+    return confined(load_config().model_cache, spec.id, f"the model cache folder of {spec.id!r}")
 
 
 def write_tiny_vit_weights(spec: ModelSpec, settings: dict, target: Path) -> None:

@@ -10,6 +10,7 @@ from assets.partitions import Registered
 from focus_dagster import lineage
 from focus_dagster.errors import ConfigError
 from focus_dagster.evaluation.comparisons import ComparisonError
+from focus_dagster.evaluation.inputs import attribute_verdicts
 from focus_dagster.markup import md_text
 from focus_dagster.version import code_version
 from resources import FocusStorage, layout
@@ -122,27 +123,3 @@ def comparison_inputs(storage: FocusStorage, datasets: list[str]) -> ComparisonI
                               "demo does, or select it in the UI).")
     return ComparisonInputs(pd.concat(samples, ignore_index=True),
                             pd.concat(attributes, ignore_index=True) if attributes else None, usable, reasons, read)
-
-
-def attribute_verdicts(dataset: str, predictions: dict, attributes: dict | None) -> tuple[dict, dict]:
-    """Which attribute columns a gap may group by ({column: bool}) and why not ({column: reason}): as the
-    fairness and quality tables would, from the coverage check's verdict recorded with group_attributes, and
-    only when the attributes rest on the labels the predictions rest on."""
-    from focus_dagster.labels.coverage import ATTRIBUTES, not_applicable_reason, published
-
-    if attributes is None:
-        why = f"group_attributes[{dataset}] is not materialised"
-        return {}, {column: why for column in ATTRIBUTES}
-    used = lineage.fact(predictions, "inputs", "labels", "version")
-    grouped = lineage.fact(attributes, "inputs", "labels", "version")
-    if used != grouped:
-        why = (f"group_attributes[{dataset}] rests on labels version {grouped}, the predictions on {used}: "
-               "materialise the older of the two")
-        return {}, {column: why for column in ATTRIBUTES}
-    usable = {a: bool(v) for a, v in (lineage.fact(attributes, "facts", "usable") or {}).items()}
-    reasons = {a: not_applicable_reason(dataset, a) for a in ATTRIBUTES if a not in published(dataset)}
-    withheld = lineage.fact(attributes, "facts", "withheld") or {}  # attribute_coverage's reason per attribute
-    for column in ATTRIBUTES:
-        if column in published(dataset) and not usable.get(column):
-            reasons[column] = withheld.get(column) or f"attribute_coverage: {column} is below its coverage floor"
-    return usable, reasons

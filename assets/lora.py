@@ -8,8 +8,14 @@ import dagster as dg
 from assets.automation import GATED_EAGER, data_version
 from assets.kubernetes import gpu_op_tags
 from assets.mllm import YesNoOutput, YesNoRunConfig, score_yes_no
-from assets.models import MODEL_GROUP, checkpoint_audit_result, checkpoint_audit_spec
+from assets.models import MODEL_GROUP
 from assets.partitions import Registered, fan_out
+from checks.models import (
+    checkpoint_audit_result,
+    checkpoint_audit_spec,
+    checkpoint_load_failed,
+    checkpoint_not_loaded,
+)
 from focus_dagster import lineage
 from focus_dagster.adapter_plan import AdapterKey, Evaluation, TrainingSet, training_set
 from focus_dagster.models.spec import CheckpointError
@@ -91,7 +97,7 @@ def _adapters_asset(partitions: dg.StaticPartitionsDefinition, by_training: dg.P
         try:
             mllm = models.load_mllm(adapter.model, device)
         except CheckpointError as exc:
-            yield dg.AssetCheckResult(check_name="checkpoint_audit", passed=False, metadata={"error": str(exc)})
+            yield checkpoint_load_failed(exc)
             raise
         yield from _train(context, storage, adapter, examples, settings, inputs, mllm, device,
                           registered.questions.version)
@@ -163,8 +169,7 @@ def _no_adapter(context, storage: FocusStorage, adapter: AdapterKey, examples: T
     yield dg.MaterializeResult(metadata={"adapter": "none", "reason": reason, "path": dg.MetadataValue.path(str(path)),
                                          "positives": examples.positives, "negatives": examples.negatives},
                                data_version=data_version(record["lineage"]))
-    yield dg.AssetCheckResult(check_name="checkpoint_audit", passed=True,
-                              metadata={"note": "no model loaded: nothing to train on"})
+    yield checkpoint_not_loaded("nothing to train on")
 
 
 def _loss_table(losses: list[float], rows: int = 12) -> str:

@@ -11,17 +11,12 @@ from pydantic import Field
 from assets.automation import GATED_EAGER, data_version
 from assets.backfill import SINGLE_RUN, Materialised, each_dataset
 from assets.kubernetes import gpu_op_tags
-from assets.models import (
-    MODEL_GROUP,
-    checkpoint_audit_result,
-    checkpoint_audit_spec,
-    image_files,
-    model_output_stamp,
-    model_run_metadata,
-)
+from assets.models import MODEL_GROUP, image_files, model_output_stamp, model_run_metadata
 from assets.partitions import BY_DATASET, MLLMS, Registered, model_and_dataset
-from checks.conditions import WITH_ITS_ASSET
+from checks.models import checkpoint_audit_result, checkpoint_audit_spec, checkpoint_load_failed
+from checks.questions import no_label_leak_result, no_label_leak_spec
 from focus_dagster import lineage
+from focus_dagster.evaluation.inputs import asked_tasks, questions_refusal
 from focus_dagster.labels import TASKS, defined_tasks
 from focus_dagster.labels.rule_lookup import rule_for
 from focus_dagster.markup import md_text
@@ -83,12 +78,7 @@ def _questions_asset(datasets: dg.StaticPartitionsDefinition, book: QuestionBook
         automation_condition=GATED_EAGER,
         backfill_policy=SINGLE_RUN,
         description=QUESTIONS_DESCRIPTION,
-        check_specs=[dg.AssetCheckSpec(
-            "no_label_leak", asset="yes_no_questions", blocking=True, automation_condition=WITH_ITS_ASSET,
-            partitions_def=datasets,  # each dataset's own verdict
-            description="No question shows the model a column that defines its label, a file name that may encode "
-            "it, or per-image context whose values decide it. A leak fails here and blocks token_probabilities.",
-        )],
+        check_specs=[no_label_leak_spec(datasets)],
     )
     def yes_no_questions(context: dg.AssetExecutionContext, storage: FocusStorage):
         yield from each_dataset(context, lambda dataset: _render_questions(context, dataset, book, storage))
@@ -119,11 +109,7 @@ def _render_questions(context, dataset: str, book: QuestionBook, storage: FocusS
         "path": dg.MetadataValue.path(str(path)),
         "sha256": sha,
     }
-    leak_check = dg.AssetCheckResult(
-        check_name="no_label_leak", passed=not leaks,
-        metadata={"leaks": dg.MetadataValue.json([leak.__dict__ for leak in leaks]),
-                  "questions_checked": len(questions), "label_columns": list(rule_for(dataset).label_columns)},
-    )
+    leak_check = no_label_leak_result(leaks, len(questions), list(rule_for(dataset).label_columns))
     return Materialised({"yes_no_questions": metadata}, (leak_check,), stamps={"yes_no_questions": stamp})
 
 
@@ -178,7 +164,7 @@ def _token_probabilities_asset(partitions: dg.MultiPartitionsDefinition, book: Q
         try:
             mllm = models.load_mllm(model_id, device)
         except CheckpointError as exc:
-            yield dg.AssetCheckResult(check_name="checkpoint_audit", passed=False, metadata={"error": str(exc)})
+            yield checkpoint_load_failed(exc)
             raise
         output = YesNoOutput("token_probabilities", layout.TOKEN_PROBABILITIES, model_id, dataset)
         metadata, stamp = score_yes_no(
@@ -235,18 +221,10 @@ def score_yes_no(context, output: YesNoOutput, mllm, datasets: DatasetRoots, sto
 
 def _checked_tasks(asked: pd.DataFrame, dataset: str, book: QuestionBook) -> list[str]:
     """The tasks asked, after making sure the stored questions are the registry's and none leaks (again)."""
-    tasks = [t for t in TASKS if t in set(asked["task"])]
-    current = {t: book.question(t, dataset) for t in tasks}
-    stale = sorted(set(asked["question_id"]) - {q.id for q in current.values()})
-    if stale:
-        raise dg.Failure(f"yes_no_questions for {dataset} holds questions {stale}, not the registry's "
-                         f"{sorted(q.id for q in current.values())}: materialise yes_no_questions first.")
-    recorded = sorted(set(asked.loc[asked["leak"].astype(bool), "leak"]))
-    leaks = recorded + [leak.detail for q in current.values() for leak in find_leaks(q, rule_for(dataset))]
-    if leaks:
-        raise dg.Failure(f"{dataset}: the yes/no questions leak the label ({leaks}); nothing is scored until the "
-                         "questions are fixed (`questions:` in focus.yaml) and yes_no_questions passes no_label_leak.")
-    return tasks
+    refusal = questions_refusal(asked, dataset, book)
+    if refusal:
+        raise dg.Failure(refusal)
+    return asked_tasks(asked)
 
 
 def _questions_by_image(asked: pd.DataFrame, tasks: list[str]) -> dict[str, tuple[str, ...]]:

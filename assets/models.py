@@ -13,7 +13,7 @@ from assets.partitions import (
     Registered,
     model_and_dataset,
 )
-from checks.conditions import WITH_ITS_ASSET
+from checks.models import checkpoint_audit_result, checkpoint_audit_spec, checkpoint_load_failed
 from focus_dagster import lineage
 from focus_dagster.inference.pixel_cache import KnownHashes
 from focus_dagster.labels import defined_tasks
@@ -92,7 +92,7 @@ def _embeddings_asset(partitions: dg.MultiPartitionsDefinition, op_tags: dict[st
         try:
             encoder = models.load(model_id, device)
         except CheckpointError as exc:
-            yield dg.AssetCheckResult(check_name="checkpoint_audit", passed=False, metadata={"error": str(exc)})
+            yield checkpoint_load_failed(exc)
             raise
         forward = compile_encoder(encoder.embed, encoder.modules, encoder.spec.preprocess, device,
                                   mode=models.compile_mode, batch_size=default_batch_size(device), log=context.log.info)
@@ -123,7 +123,7 @@ def _zero_shot_asset(partitions: dg.MultiPartitionsDefinition):
         partitions_def=partitions,
         deps=[dg.AssetDep("image_embeddings", partition_mapping=SAME_MODEL_AND_DATASET)],
         group_name=MODEL_GROUP,
-        kinds={"pytorch", "duckdb"},
+        kinds={"pytorch", "parquet"},
         automation_condition=GATED_EAGER,
         description=ZERO_SHOT_DESCRIPTION,
     )
@@ -179,25 +179,6 @@ def labelled_hashes(items: list[tuple[str, str]], labels: pd.DataFrame, labels_p
         return None
     hashes = {path: digest for (_, path), digest in zip(items, labels["content_hash"]) if isinstance(digest, str)}
     return KnownHashes(hashes, labels_path.stat().st_mtime_ns) if hashes else None
-
-
-def checkpoint_audit_spec(asset: str, partitions: dg.PartitionsDefinition) -> dg.AssetCheckSpec:
-    """The audit of one (dataset, model) partition: partitioned like its asset, so that one model's failed load
-    blocks that model's outputs only, and another's clean load cannot stand for it at the gates downstream."""
-    return dg.AssetCheckSpec(
-        "checkpoint_audit", asset=asset, blocking=True, automation_condition=WITH_ITS_ASSET, partitions_def=partitions,
-        description="Every tensor of the model was filled from its checkpoint (matched / missing / unexpected "
-        "counts in the metadata). A partial load fails here and blocks everything downstream.",
-    )
-
-
-def checkpoint_audit_result(report) -> dg.AssetCheckResult:
-    audit = report.summary()
-    return dg.AssetCheckResult(
-        check_name="checkpoint_audit", passed=report.clean,
-        metadata={k: audit[k] for k in ("matched", "model_tensors", "missing_count", "unexpected_count",
-                                        "ignored_missing_count", "weights_sha256", "checkpoint")},
-    )
 
 
 def _fingerprint_parts(encoder, forward) -> dict:

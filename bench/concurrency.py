@@ -292,7 +292,7 @@ def main() -> None:
                    FOCUS_PG_HOST=server.host, FOCUS_PG_PORT=str(server.port), FOCUS_PG_DB=server.db,
                    FOCUS_PG_USER=server.user, FOCUS_PG_PASSWORD=server.password, DAGSTER_DISABLE_TELEMETRY="1",
                    DAGSTER_HOME=str(tmp / "home" / "dagster"), PYTHONPATH=str(REPO))
-        from focus_dagster.instance import instance_profile
+        from focus_dagster.platform.instance import instance_profile
 
         (tmp / "home" / "dagster").mkdir(parents=True)
         (tmp / "home" / "dagster" / "dagster.yaml").write_text(instance_profile_text(instance_profile, env))

@@ -13,9 +13,8 @@ from __future__ import annotations
 from typing import Callable, Iterable, Iterator
 
 import dagster as dg
-from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-    AssetCheckEvaluationTargetMaterializationData,
-)
+
+from focus_dagster.platform.dagster_private import AssetCheckEvaluationTargetMaterializationData
 
 # The verdicts of one partition: (check name, blocking, result).
 Verdicts = Callable[[str], Iterable[tuple[str, bool, dg.AssetCheckResult]]]

@@ -12,13 +12,13 @@ from assets import automation, comparisons, datasets, evaluation, groups, labels
 from assets.kubernetes import k8s_executor
 from assets.partitions import Registered
 from focus_dagster.config import FocusConfig, load_config
-from focus_dagster.pools import reporting_pool_waits
-from resources import focus_resources
+from focus_dagster.platform.pools import reporting_pool_waits
+from resources.bundle import focus_resources
 
 # By default a run's steps share its process: one process per step re-imported Great Expectations and pandas
 # for every step (bench/data_layer.py; the eight label checks also share one step); the pools still order steps
 # across runs. Either executor, wrapped,
-# says at INFO in the run which run holds a pool a step waits for (focus_dagster/pools.py).
+# says at INFO in the run which run holds a pool a step waits for (focus_dagster/platform/pools.py).
 EXECUTORS = {"in_process": reporting_pool_waits(dg.in_process_executor),
              "multiprocess": reporting_pool_waits(dg.multiprocess_executor)}
 

@@ -10,7 +10,8 @@ wrote it); `facts` are what the step knew of its sources that is not itself a st
 fingerprint the records were read from, the model id, revision, snapshot, weights hash and file signature,
 the label rule); `inputs` nests the stamp *read from* each input, so the whole chain behind an artifact is
 in the artifact. A Parquet artifact carries its stamp in the file's key-value metadata (written in the same
-atomic rename as the data); a DuckDB partition has it in `lineage.stamps`, written in the same transaction.
+atomic rename as the data); a table partition has it in `lineage.stamps`, written in the commit that writes the
+rows (resources/tables.py), whose one atomic step makes rows and stamp visible together.
 Nothing here asks the Dagster instance what is "latest": a stamp says what was read, when it was read.
 """
 

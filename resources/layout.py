@@ -1,7 +1,8 @@
 """The storage layout: every table, artifact path and partition key the platform writes, named once.
 
-Tables live in DuckDB (`schema.table`); a table shared by many partitions holds the partition each row
-belongs to in one column. Heavy outputs are files under the artifact store. Model outputs are partitioned by
+Tables are Parquet files in the table store (resources/tables.py), one per table partition, read through
+DuckDB views named `schema.table`; a table shared by many partitions holds the partition each row belongs to in
+one column. Heavy outputs are files under the artifact store. Model outputs are partitioned by
 model x dataset, which has two spellings: Dagster's `MultiPartitionKey` (dimensions in name order,
 `dataset|model`) for the instance, and `model|dataset` in the `partition` column of the tables. Nothing
 else in the code spells a table name, a path or a key.
@@ -18,7 +19,8 @@ if TYPE_CHECKING:  # Dagster is imported where a key is built, so that `focus tr
 
 @dataclass(frozen=True)
 class Table:
-    """A DuckDB table; `partition_column` holds the partition of each row when partitions share the table."""
+    """A table of the table store, read as the DuckDB view `schema.name`; `partition_column` holds the partition
+    of each row when partitions share the table (each partition is its own Parquet file)."""
 
     schema: str
     name: str
@@ -56,8 +58,8 @@ LORA_SUMMARY = Table("metrics", "lora_summary")
 COMPARISONS = Table("metrics", "comparisons")
 # The group attributes of each dataset's test images (sex, age, quality, camera) the fairness and quality axes use.
 ATTRIBUTES = Table("labels", "attributes", "dataset")
-# Lineage (focus_dagster/lineage.py): every stamp written with a DuckDB partition, by id, and the stamp of what
-# each asset partition holds now, both written in the transaction that writes the data.
+# Lineage (focus_dagster/lineage.py): every stamp written with a table partition, by id, and the stamp of what
+# each asset partition holds now, both written in the commit that writes the data (resources/tables.py).
 STAMPS = Table("lineage", "stamps")
 CURRENT = Table("lineage", "current")
 # The stamp of what one asset partition holds now (parameters: asset, partition), for every reader of it.
@@ -78,7 +80,8 @@ def axis_partition(dataset: str, axis: str) -> str:
 
 
 def labels_file(dataset: str) -> str:
-    """A Parquet copy of one dataset's rows of LABELS, for steps that must not open DuckDB while they compute."""
+    """A Parquet copy of one dataset's rows of LABELS in the artifact store, for steps (a GPU worker, a step
+    process) that read one dataset's labels without resolving the table store."""
     return f"labels/{dataset}.parquet"
 
 

@@ -2,6 +2,7 @@
 
 Every table partition is its own file, written in a commit that readers see whole or not at all, so steps
 that write different partitions never wait for each other; DuckDB reads the files (in memory, `views()`).
+`focus.duckdb`, where earlier versions held the tables, is only read once, to migrate it.
 Tables and paths are named by `resources.layout`; this class only moves data.
 """
 
@@ -20,8 +21,19 @@ from dagster import ConfigurableResource
 from focus_dagster import lineage
 from focus_dagster.errors import FocusError, NotMaterialisedError
 from focus_dagster.files import atomic_path, confined, file_sha256
-from resources import layout
-from resources.layout import Table
+from resources.layout import (
+    ADAPTERS,
+    EMBEDDINGS,
+    PROBE_SCORES,
+    PROBE_SKIPPED,
+    PROBES,
+    TOKEN_PROBABILITIES,
+    Table,
+    labels_file,
+    model_dataset_key,
+    questions_file,
+    records_table,
+)
 from resources.tables import TableStore
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -102,7 +114,7 @@ class FocusStorage(ConfigurableResource):
         return self.read_table(table).head(0)
 
     def read_records(self, dataset: str) -> pd.DataFrame:
-        return self.read_table(layout.records_table(dataset))
+        return self.read_table(records_table(dataset))
 
     def read_stamped(self, reads: list[tuple[Table, str | None]], asset: str, partition: str
                      ) -> tuple[list[pd.DataFrame], dict | None]:
@@ -166,15 +178,15 @@ class FocusStorage(ConfigurableResource):
 
     def adapter_skipped_reason(self, adapter_key: str) -> str | None:
         """Why no adapter `adapter_key` was trained (the record lora_adapters wrote), or None when one was."""
-        path = self.artifact_path(layout.ADAPTERS.skipped(adapter_key))
+        path = self.artifact_path(ADAPTERS.skipped(adapter_key))
         return json.loads(path.read_text())["reason"] if path.is_file() else None
 
     def read_labels(self, dataset: str) -> pd.DataFrame:
         """The harmonised labels of one dataset, from the Parquet copy (no DuckDB connection needed)."""
-        return self.read_parquet(layout.labels_file(dataset))
+        return self.read_parquet(labels_file(dataset))
 
     def read_stamped_labels(self, dataset: str) -> tuple[pd.DataFrame, dict | None]:
-        return self.read_stamped_parquet(layout.labels_file(dataset))
+        return self.read_stamped_parquet(labels_file(dataset))
 
     def _existing_artifact(self, rel: str) -> Path:
         """The artifact's path, or the error saying which upstream step has not written it (its run failed, a
@@ -186,24 +198,24 @@ class FocusStorage(ConfigurableResource):
         return path
 
     def has_labels(self, dataset: str) -> bool:
-        return self.artifact_path(layout.labels_file(dataset)).exists()
+        return self.artifact_path(labels_file(dataset)).exists()
 
 
 def artifact_producer(rel: str) -> tuple[str | None, str | None]:
     """(asset, partition key as the UI spells it) of the step that writes the artifact `rel`; (None, None)
     for a path the layout does not name."""
-    for name_file, asset in ((layout.labels_file, "harmonised_labels"), (layout.questions_file, "yes_no_questions")):
+    for name_file, asset in ((labels_file, "harmonised_labels"), (questions_file, "yes_no_questions")):
         found = re.fullmatch(_placeholders(name_file(_DATASET)), rel)
         if found:
             return asset, found["dataset"]
-    outputs = ((layout.PROBE_SKIPPED.file, "probe_predictions"), (layout.TOKEN_PROBABILITIES.quarantine,
-               "token_probabilities"), (layout.EMBEDDINGS.file, "image_embeddings"),
-               (layout.TOKEN_PROBABILITIES.file, "token_probabilities"), (layout.PROBES.file, "probe_predictions"),
-               (layout.PROBE_SCORES.file, "probe_predictions"))
+    outputs = ((PROBE_SKIPPED.file, "probe_predictions"), (TOKEN_PROBABILITIES.quarantine,
+               "token_probabilities"), (EMBEDDINGS.file, "image_embeddings"),
+               (TOKEN_PROBABILITIES.file, "token_probabilities"), (PROBES.file, "probe_predictions"),
+               (PROBE_SCORES.file, "probe_predictions"))
     for model_file, asset in outputs:
         found = re.fullmatch(_placeholders(model_file(_MODEL, _DATASET)), rel)
         if found:
-            return asset, str(layout.model_dataset_key(found["model"], found["dataset"]))
+            return asset, str(model_dataset_key(found["model"], found["dataset"]))
     return None, None
 
 

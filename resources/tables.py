@@ -487,15 +487,15 @@ def migrate_duckdb(database, store: TableStore) -> list[str]:
     stays current (its reads resolve through the table pointers). Returns the tables moved."""
     import duckdb
 
-    from resources import layout
+    from resources.layout import TABLES, Table
 
-    known = {(t.schema, t.name): t for t in layout.TABLES}
+    known = {(t.schema, t.name): t for t in TABLES}
     moved = []
     with duckdb.connect(str(database), read_only=True) as con:
         names = con.execute("SELECT table_schema, table_name FROM information_schema.tables "
                             "WHERE table_schema <> 'lineage' ORDER BY 1, 2").fetchall()
         for schema, name in names:
-            table = known.get((schema, name)) or layout.Table(schema, name)
+            table = known.get((schema, name)) or Table(schema, name)
             frame = con.execute(f'SELECT * FROM "{schema}"."{name}"').df()
             column = table.partition_column
             if column and column in frame:

@@ -10,7 +10,7 @@ import pytest
 
 def run_focus(env: dict[str, str], *argv: str) -> tuple[int, str]:
     """`focus <argv>` under `env` (DAGSTER_HOME unset, as in a fresh shell): its exit code and what it printed."""
-    from focus_dagster.cli import main
+    from focus_dagster.platform.cli import main
 
     with pytest.MonkeyPatch.context() as patch:
         for key, value in env.items():

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from focus_dagster.pools import reporting_pool_waits
+from focus_dagster.platform.pools import reporting_pool_waits
 
 POOLS = ("duckdb", "gpu")
 

@@ -1,7 +1,8 @@
 """A throwaway PostgreSQL cluster for tests and benchmarks: Debian's server binaries, data and socket in a temporary
 folder, 127.0.0.1 on a free port, a password-checked user (scram-sha-256 over TCP) and one database; stopped (fast)
 and removed at the end, whatever happened. PostgreSQL refuses to run as root: as root, the server runs as the
-`postgres` (or `nobody`) user."""
+`postgres` (or `nobody`) user. Its commands may take as long as they need on a busy machine while they advance
+(tests/waiting.py); pg_ctl's own waits are stretched by the machine's load."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ import pwd
 import secrets
 import shutil
 import socket
-import subprocess
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
+from tests.waiting import file_size, patience_now, run_while_progressing
+
 DB, USER = "focus_dagster", "focus"
+PG_CTL_WAIT = 60  # seconds pg_ctl waits for the server to start or stop, on a quiet machine
 
 
 def _fail(message: str):
@@ -58,11 +61,20 @@ def running_postgres(binaries: Path, fail=_fail):
     os.chown(tmp / "pwfile", uid, gid)
 
     def server_cmd(*args, check=True):
-        done = subprocess.run([*as_user, *map(str, args)], cwd=tmp, capture_output=True, text=True, timeout=120)
+        """A server command run to its end while it advances (its output or the server's log growing)."""
+        output = Path(tempfile.mkdtemp(prefix="focus-pg-cmd-")) / "output.log"  # ours, whoever runs the server
+        try:
+            done = run_while_progressing([*as_user, *map(str, args)], f"{Path(args[0]).name} ({tmp})", output,
+                                         progress=[lambda: file_size(log)], cwd=tmp)
+        finally:
+            shutil.rmtree(output.parent, ignore_errors=True)
         if check and done.returncode != 0:
             server_log = log.read_text() if log.exists() else ""
-            fail(f"{args[0]} failed ({done.returncode}): {done.stdout}{done.stderr}\n{server_log}")
+            fail(f"{args[0]} failed ({done.returncode}): {done.output}\n{server_log}")
         return done
+
+    def pg_ctl_wait() -> str:
+        return str(round(patience_now(PG_CTL_WAIT)))
 
     started = False
     try:
@@ -73,8 +85,8 @@ def running_postgres(binaries: Path, fail=_fail):
             port = _free_port()
             options = (f"-c listen_addresses=127.0.0.1 -p {port} -c unix_socket_directories={tmp} -c fsync=off "
                        "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
-            done = server_cmd(binaries / "pg_ctl", "-D", data, "-l", log, "-w", "-t", "60", "-o", options, "start",
-                              check=attempt == 2)
+            done = server_cmd(binaries / "pg_ctl", "-D", data, "-l", log, "-w", "-t", pg_ctl_wait(), "-o", options,
+                              "start", check=attempt == 2)
             if done.returncode == 0:
                 break
         import psycopg2
@@ -87,5 +99,5 @@ def running_postgres(binaries: Path, fail=_fail):
         yield SimpleNamespace(host="127.0.0.1", port=port, user=USER, password=password, db=DB, log=log)
     finally:
         if started:
-            server_cmd(binaries / "pg_ctl", "-D", data, "-m", "fast", "-w", "-t", "60", "stop", check=False)
+            server_cmd(binaries / "pg_ctl", "-D", data, "-m", "fast", "-w", "-t", pg_ctl_wait(), "stop", check=False)
         shutil.rmtree(tmp, ignore_errors=True)

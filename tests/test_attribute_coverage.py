@@ -149,7 +149,7 @@ def blank_ages(path, image_ids) -> None:
 def test_one_attribute_below_its_floor_withholds_its_rows_and_the_others_flow(brset_with_ages_lost):
     from assets.partitions import Registered
     from assets.report import report_inputs
-    from focus_dagster.demo import _failed_checks
+    from focus_dagster.platform.demo import _failed_checks
     from focus_dagster.report import arena
     from tests.tables import query
 

@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 import pytest
 
-from focus_dagster.cli import main
+from focus_dagster.platform.cli import main
 from focus_dagster.datasets import DATASET_KEYS
 
 
@@ -54,7 +54,7 @@ def test_release_prints_the_version(synth_out, capsys):
 
 def test_console_script_help_lists_commands_without_heavy_imports():
     code = (
-        "import sys; from focus_dagster.cli import main\n"
+        "import sys; from focus_dagster.platform.cli import main\n"
         "try: main(['--help'])\nexcept SystemExit: pass\n"
         "heavy = [m for m in ('dagster', 'torch', 'pandas', 'great_expectations', 'transformers') if m in sys.modules]\n"
         "print('HEAVY', heavy)"
@@ -86,9 +86,9 @@ def test_models_lists_the_catalog_with_availability(monkeypatch, tmp_path, capsy
 
 
 def test_demo_options_parse_and_narrow_the_configuration():
-    from focus_dagster.cli import build_parser
+    from focus_dagster.platform.cli import build_parser
     from focus_dagster.config import load_config
-    from focus_dagster.demo import DemoOptions, demo_config
+    from focus_dagster.platform.runner import DemoOptions, demo_config
 
     args = build_parser().parse_args(["demo", "--datasets", "idrid", "papila", "--models", "tiny_clip", "--no-lora",
                                       "--per-dataset", "12"])

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from focus_dagster import config_schema
-from focus_dagster.cli import main
+from focus_dagster.platform.cli import main
 from focus_dagster.config import KubernetesSettings, SyntheticSettings, parse_config
 from focus_dagster.datasets.registry import register_declared
 from focus_dagster.errors import ConfigError

@@ -235,7 +235,7 @@ def test_bad_declarations_are_refused_with_their_key_path(tmp_path, entry, messa
 
 def test_a_declared_dataset_is_never_synthesised_and_is_listed_with_root_counts_and_rule(clinic, tmp_path, monkeypatch,
                                                                                           capsys):
-    from focus_dagster.cli import main
+    from focus_dagster.platform.cli import main
     from focus_dagster.config import ensure_dataset_root
 
     root, config = clinic

@@ -48,7 +48,7 @@ def test_the_demo_gives_the_caller_its_dagster_home_back(monkeypatch, tmp_path, 
     monkeypatch.setenv("FOCUS_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("FOCUS_CONFIG", str(config))
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
-    from focus_dagster.cli import main
+    from focus_dagster.platform.cli import main
 
     assert main(["demo"]) == 0
     assert f"instance:  {tmp_path / 'home' / 'dagster'}" in capsys.readouterr().out

@@ -20,7 +20,7 @@ import dagster as dg
 import psutil
 import pytest
 
-from focus_dagster.instance import REPO_ROOT, prepare_dagster_home
+from focus_dagster.platform.instance import REPO_ROOT, prepare_dagster_home
 from tests.test_demo_signals import PROMPT, exits_within
 from tests.test_kill_recovery import holder_of, wait_for
 

@@ -166,7 +166,7 @@ def test_the_report_in_chromium_every_figure_renders_and_every_number_traces(dem
 
 
 def test_focus_report_finds_the_demo_report_current_and_rebuilds_when_a_table_changes(demo, monkeypatch, capsys):
-    from focus_dagster.cli import main
+    from focus_dagster.platform.cli import main
     from focus_dagster.config import load_config
     from resources import FocusStorage, layout
 

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import dagster as dg
 import pytest
 
-from focus_dagster.instance import REPO_ROOT, prepare_dagster_home
+from focus_dagster.platform.instance import REPO_ROOT, prepare_dagster_home
 from tests.test_kill_recovery import HOLD_IN_PROCESS, holder_of, wait_for, waiting_lines
 
 PROMPT = 5  # seconds from the signal to the demo's exit
@@ -121,7 +121,7 @@ def test_the_demo_stops_after_a_bounded_wait_and_recover_releases_the_pool(setti
     assert setting.instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.FAILURE
     assert run_id not in setting.instance.event_log_storage.get_concurrency_run_ids()
 
-    from focus_dagster.cli import main
+    from focus_dagster.platform.cli import main
 
     for key in ("FOCUS_HOME", "FOCUS_CONFIG"):
         monkeypatch.setenv(key, setting.env[key])

@@ -22,8 +22,8 @@ from types import SimpleNamespace
 
 import dagster as dg
 
-from focus_dagster import demo
-from focus_dagster.instance import REPO_ROOT, prepare_dagster_home
+from focus_dagster.platform import runner as demo_runner
+from focus_dagster.platform.instance import REPO_ROOT, prepare_dagster_home
 
 SLOW_START = 2.5  # seconds the run's thread spends before the run starts: more than the watch's period
 BURN_SECONDS = 600  # the longest a CPU burner lives, should the test's own cleanup never run
@@ -65,9 +65,9 @@ def test_the_watch_looks_at_the_run_only_once_it_has_started(tmp_path, monkeypat
         return watched
 
     for name in ("_watch_pools", "_watch_progress"):
-        monkeypatch.setattr(demo._Runner, name, recorded(getattr(demo._Runner, name)))
+        monkeypatch.setattr(demo_runner.Runner, name, recorded(getattr(demo_runner.Runner, name)))
     with dg.DagsterInstance.from_config(str(home)) as instance:
-        runner, job = demo._Runner(instance, home), SlowStart(short_job)
+        runner, job = demo_runner.Runner(instance, home), SlowStart(short_job)
         begun = time.monotonic()
         result = runner.execute(job)
         assert result.success

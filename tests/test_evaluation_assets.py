@@ -63,7 +63,7 @@ def without_referable_dr_in_train(root) -> None:
 def world(synth_all, tmp_path_factory):
     import shutil
 
-    from focus_dagster.cli import REPO_ROOT
+    from focus_dagster.platform.instance import REPO_ROOT
 
     out, _ = synth_all
     tmp = tmp_path_factory.mktemp("evaluation")
@@ -119,7 +119,7 @@ def test_metric_rows_carry_ids_intervals_reasons_and_lineage(world):
 def test_focus_trace_resolves_a_metric_to_the_files(world, monkeypatch, capsys):
     import hashlib
 
-    from focus_dagster.cli import main
+    from focus_dagster.platform.cli import main
 
     config, _, instance = world
     monkeypatch.setenv("FOCUS_HOME", str(config.home))
@@ -180,7 +180,7 @@ def _sha256_of(path: str, hashlib) -> str:
 
 
 def test_a_cross_dataset_trace_holds_both_chains(world):
-    from focus_dagster.trace import trace
+    from focus_dagster.platform.trace import trace
 
     config, _, _ = world
     # Any pair will do: one without a number (the probe skipped its task) records its inputs all the same.
@@ -249,7 +249,7 @@ def test_every_configuration_the_selection_implies_has_predictions_or_a_reason(w
 
 
 def test_focus_trace_resolves_an_unavailable_configuration(world):
-    from focus_dagster.trace import trace
+    from focus_dagster.platform.trace import trace
 
     config, _, _ = world
     row = table(config, "SELECT metric_id, reason FROM metrics.values WHERE model = 'tiny_vit' AND dataset = 'idrid' "
@@ -272,7 +272,7 @@ def test_two_models_compared_on_the_same_images_by_the_asset_the_cli_trace_and_r
 
     from assets.report import report_inputs
     from assets.partitions import Registered
-    from focus_dagster.cli import main
+    from focus_dagster.platform.cli import main
     from focus_dagster.report.build import build_report
 
     config, _, instance = world
@@ -402,7 +402,7 @@ def _metric(config, **where) -> str:
 
 
 def _stale_links(config, metric_id: str) -> set[str]:
-    from focus_dagster.trace import trace
+    from focus_dagster.platform.trace import trace
 
     result = trace(metric_id, config)
     stale = {link["id"] for link in result["links"] if link["stale"]}
@@ -415,7 +415,7 @@ def test_trace_marks_stale_exactly_the_links_an_upstream_change_reaches(world):
     a new weights file, a new release observed, a label file changed and its data layer rematerialised."""
     from safetensors.torch import load_file, save_file
 
-    from focus_dagster.trace import trace
+    from focus_dagster.platform.trace import trace
 
     config, defs, instance = world
     probe_brset = _metric(config, model="tiny_vit", dataset="brset", partition="brset", method="linear_probe")

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from focus_dagster import lineage
-from focus_dagster.cli import main
+from focus_dagster.platform.cli import main
 from tests.tables import query
 from tests.test_evaluation_assets import world  # noqa: F401 (the materialised pipeline this module reads)
 
@@ -237,7 +237,7 @@ def test_a_folder_with_files_is_refused_unless_forced_and_force_replaces_the_ear
 
 
 def test_a_killed_export_leaves_no_half_file_under_a_finished_name(exported, tmp_path, monkeypatch):
-    import focus_dagster.export as export
+    import focus_dagster.platform.export as export
 
     config, finished = exported[0], exported[1]
     real = export.atomic_path
@@ -263,7 +263,7 @@ def test_a_killed_export_leaves_no_half_file_under_a_finished_name(exported, tmp
 
 def test_focus_export_runs_without_dagster(exported, tmp_path):
     config = exported[0]
-    code = ("import sys; from focus_dagster.cli import main\n"
+    code = ("import sys; from focus_dagster.platform.cli import main\n"
             f"code = main(['export', '--out', {str(tmp_path / 'out')!r}, '--tables', 'metrics'])\n"
             "print('DAGSTER', 'dagster' in sys.modules); sys.exit(code)")
     env = {**os.environ, "FOCUS_HOME": str(config.home), "FOCUS_CONFIG": ""}
@@ -275,7 +275,7 @@ def test_focus_export_runs_without_dagster(exported, tmp_path):
 
 
 def test_the_python_call_exports_the_same_from_a_focus_home(exported, tmp_path):
-    from focus_dagster.export import export_tables
+    from focus_dagster.platform.export import export_tables
 
     config, finished, _, _ = exported
     manifest = export_tables(config.home, tmp_path / "out", tables="metrics,unavailable")
@@ -290,7 +290,7 @@ def test_an_object_store_exports_as_a_folder_does(tmp_path):
     stamp named as such, a lineage id no commit kept given as null."""
     import uuid
 
-    from focus_dagster.export import export_tables
+    from focus_dagster.platform.export import export_tables
     from resources import layout
     from resources.tables import TableStore
 

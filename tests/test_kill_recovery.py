@@ -5,7 +5,7 @@ waiting step says at INFO which run holds the pool.
 
 Two kinds of holder die: a run launched by the daemon (its process is a child of the daemon's code server,
 which notices the death), and a run executing in its own process like `focus demo` does (nobody but run
-monitoring can notice: the health check of focus_dagster/recovery.py). The location is tests/pool_location.py,
+monitoring can notice: the health check of focus_dagster/platform/recovery.py). The location is tests/pool_location.py,
 a few seconds per run, so that the minute is spent on recovery. Every verdict is read from the instance.
 """
 
@@ -25,8 +25,8 @@ import pytest
 from dagster._core.events import EngineEventData
 from dagster._core.launcher import WorkerStatus
 
-from focus_dagster.instance import REPO_ROOT, prepare_dagster_home
-from focus_dagster.recovery import HOST_TAG, this_host
+from focus_dagster.platform.instance import REPO_ROOT, prepare_dagster_home
+from focus_dagster.platform.recovery import HOST_TAG, this_host
 from tests.pool_location import POOLS
 from tests.pool_location import defs as location
 
@@ -170,7 +170,7 @@ def test_the_instance_is_the_repositorys_dagster_yaml(env, instance):
 
 
 def test_the_code_locations_executors_are_the_reporting_ones():
-    """The location here uses the executor of focus_dagster/pools.py; so does the repository's, either way."""
+    """The location here uses the executor of focus_dagster/platform/pools.py; so does the repository's, either way."""
     from focus_dagster.definitions import EXECUTORS
 
     for name, executor_def in EXECUTORS.items():

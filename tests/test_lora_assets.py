@@ -140,7 +140,7 @@ def test_adapted_scores_join_the_predictions_as_their_own_method(world):
     assert "not materialised" not in str(reasons["any_dr"]), reasons  # computed (this tiny test split: 13 images)
     # focus trace: the adapted number stands on the adapted scores, the adapter (its training labels and
     # questions) and the base weights, all current.
-    from focus_dagster.trace import trace
+    from focus_dagster.platform.trace import trace
 
     [adapted_id] = metrics.loc[metrics["task"] == "any_dr", "metric_id"]
     chain = trace(adapted_id, config)
@@ -160,7 +160,7 @@ def test_lora_effects_pair_adapted_and_base_scores_on_the_same_images(world):
     from assets.evaluation import EVALUATION_JOB
     from assets.lora import ADAPTED_SCORES_JOB, LORA_EFFECTS_JOB
     from assets.mllm import TOKEN_PROBABILITIES_JOB
-    from focus_dagster.trace import trace
+    from focus_dagster.platform.trace import trace
 
     config, defs, instance = world
     if not (config.artifacts / "adapted_token_probabilities" / "tiny_llava.brset.any_dr" / "brset.parquet").exists():

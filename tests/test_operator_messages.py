@@ -17,8 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from focus_dagster.cli import main
-from focus_dagster.instance import REPO_ROOT
+from focus_dagster.platform.cli import main
+from focus_dagster.platform.instance import REPO_ROOT
 
 BIN = Path(sys.executable).parent
 ADVICE = ("it is truncated or damaged, as an interrupted download or copy leaves it. Download or copy it again from "
@@ -109,7 +109,7 @@ def test_other_errors_are_not_taken_for_an_unreachable_database():
     """An SQLite instance's busy database, or any other error, keeps its own message and traceback."""
     import sqlite3
 
-    from focus_dagster.instance import unreachable_database
+    from focus_dagster.platform.instance import unreachable_database
 
     assert unreachable_database(sqlite3.OperationalError("database is locked")) is None
     assert unreachable_database(ValueError("connection to server at x failed")) is None
@@ -250,7 +250,7 @@ def test_the_evaluation_summary_counts_the_rows_committed_and_names_the_failed_c
     written (the fairness rows there are an older run's); messidor_2's run committed 30 + 12 + 8. The summary
     used to say `0 rows over 0 datasets`, the successful run's rows uncounted too."""
     from focus_dagster.config import FocusConfig
-    from focus_dagster.demo import _run_evaluation
+    from focus_dagster.platform.demo import _run_evaluation
     from resources import FocusStorage
 
     storage = FocusStorage.from_config(FocusConfig(home=tmp_path / "home", roots={}))
@@ -281,7 +281,7 @@ def test_the_evaluation_summary_counts_the_rows_committed_and_names_the_failed_c
 
 def test_the_closing_hint_opens_the_ui_on_the_instance_the_demo_used(tmp_path, monkeypatch):
     from focus_dagster.config import FocusConfig
-    from focus_dagster.demo import ui_hint
+    from focus_dagster.platform.demo import ui_hint
 
     monkeypatch.delenv("FOCUS_INSTANCE", raising=False)
     home, source = tmp_path / "my home", tmp_path / "focus.yaml"

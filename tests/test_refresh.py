@@ -290,7 +290,7 @@ def test_a_mapping_that_loses_every_published_attribute_blocks_fairness_and_qual
     follow the new labels; the report and the demo's message name the attributes and their coverage."""
     from assets.evaluation import EVALUATION_JOB
     from assets.report import REPORT_JOB
-    from focus_dagster.demo import _failure_message
+    from focus_dagster.platform.demo import _failure_message
 
     w, _ = world
     share = lose_attributes(w, monkeypatch, "sex", "age")

@@ -46,7 +46,7 @@ def home(synth_all, tmp_path, monkeypatch):
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
-    from focus_dagster.cli import main
+    from focus_dagster.platform.cli import main
 
     assert main(["demo"]) == 0
     return tmp_path, roots, dict(os.environ, **env, DAGSTER_HOME=str(tmp_path / "home" / "dagster"))

@@ -46,7 +46,7 @@ def _free_port() -> int:
 def home(synth_all, tmp_path_factory):
     """BRSET and IDRiD with the tiny ViT, built by `focus demo` while BRSET's mapping loses every sex code."""
     require_chromium()
-    from focus_dagster.cli import main
+    from focus_dagster.platform.cli import main
     from focus_dagster.labels import rules
 
     out, _ = synth_all

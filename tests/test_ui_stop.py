@@ -30,14 +30,14 @@ import dagster as dg
 import psutil
 import pytest
 
-from focus_dagster.instance import REPO_ROOT, prepare_dagster_home
-from focus_dagster.recovery import HOST_TAG
+from focus_dagster.platform.instance import REPO_ROOT, prepare_dagster_home
+from focus_dagster.platform.recovery import HOST_TAG
 from tests.pool_location import defs as pool_location
+from tests.waiting import wait_while_progressing
 
 STOP_SECONDS = 10  # the promise: every process of the UI gone this long after the signal
 LOCATION = "focus_dagster.definitions"  # workspace.yaml's code location
 JOB, PARTITION, STEP = "focus_image_embeddings", "idrid|tiny_vit", "image_embeddings"
-PATIENCE = 90  # seconds a wait goes on without any sign of progress (the UI's log, the instance)
 CASES = {"SIGTERM": (signal.SIGTERM, False), "SIGINT": (signal.SIGINT, False),
          "SIGTERM-background": (signal.SIGTERM, True)}
 
@@ -83,22 +83,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_while_progressing(condition, what: str, progress, patience: float = PATIENCE):
-    """`condition()`'s first truthy value. The wait scales with the machine: it lasts as long as `progress()` keeps
-    changing, and gives up `patience` seconds after its last change."""
-    seen, changed = progress(), time.monotonic()
-    while True:
-        value = condition()
-        if value:
-            return value
-        now = progress()
-        if now != seen:
-            seen, changed = now, time.monotonic()
-        elif time.monotonic() - changed > patience:
-            raise AssertionError(f"no progress for {patience}s waiting for {what}")
-        time.sleep(0.5)
 
 
 def start_ui(setting, name: str, background: bool):

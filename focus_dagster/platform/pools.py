@@ -11,7 +11,7 @@ event log (the UI shows it), as an engine event carrying the pool:
 `reporting_pool_waits` wraps the code location's executor: it passes every event of the executor through and
 adds that line when the executor reports a blocked step (when it first blocks, then every 5 minutes). Runs of
 `focus demo` execute in process, without the location's executor: the demo's watcher writes the same line
-(`report_wait`). Wiring, not science: only the code location and the demo import this module.
+(`report_wait`). Wiring, not science: only the code location and the demo's runner import this module.
 """
 
 from __future__ import annotations
@@ -19,10 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import dagster as dg
-from dagster._core.events import EngineEventData
-from dagster._core.executor.base import Executor
 
-from focus_dagster.recovery import Worker, worker_of
+from focus_dagster.platform.dagster_private import EngineEventData
+from focus_dagster.platform.recovery import Worker, worker_of
 
 WAITING = "waiting for pool"
 
@@ -132,10 +131,10 @@ def _blocked_pool(event) -> str | None:
     return getattr(value, "pool", None)
 
 
-class PoolReportingExecutor(Executor):
+class PoolReportingExecutor(dg.Executor):
     """Runs the wrapped executor unchanged; after each "Step blocked by limit for pool" event, the INFO line."""
 
-    def __init__(self, inner: Executor):
+    def __init__(self, inner: dg.Executor):
         self._inner = inner
 
     @property

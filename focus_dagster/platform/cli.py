@@ -9,8 +9,7 @@ from pathlib import Path
 
 from focus_dagster.datasets.images import DEFAULT_IMAGE_CHECK, IMAGE_CHECKS
 from focus_dagster.errors import FocusError
-from focus_dagster.instance import (
-    REPO_ROOT,
+from focus_dagster.platform.instance import (
     UI_HOST,
     UI_PORT,
     prepare_dagster_home,
@@ -152,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_export_parser(sub) -> None:
-    from focus_dagster.export import ALL, FORMATS, RESULTS, TABLES, WHOLE_SET_GROUP
+    from focus_dagster.platform.export import ALL, FORMATS, RESULTS, TABLES, WHOLE_SET_GROUP
 
     export = sub.add_parser(
         "export", help="write the result tables as CSV or Parquet files with a manifest.json of their lineage",
@@ -369,7 +368,8 @@ def _positive(text: str) -> int:
 
 
 def cmd_demo(args) -> int:
-    from focus_dagster.demo import DemoOptions, run_demo
+    from focus_dagster.platform.demo import run_demo
+    from focus_dagster.platform.runner import DemoOptions
 
     return run_demo(DemoOptions(datasets=args.datasets and tuple(args.datasets),
                                 models=args.models and tuple(args.models), lora=args.lora,
@@ -384,8 +384,8 @@ def cmd_report(args) -> int:
     from assets.report import REPORT_JOB, stale_reason
     from focus_dagster.config import load_config
     from focus_dagster.definitions import build_definitions
-    from focus_dagster.demo import QUIET
-    from focus_dagster.recovery import HOST_TAG, this_host
+    from focus_dagster.platform.recovery import HOST_TAG, this_host
+    from focus_dagster.platform.runner import QUIET
     from resources import layout
 
     config = load_config()
@@ -415,7 +415,7 @@ def cmd_recover(args) -> int:
     import dagster as dg
 
     from focus_dagster.config import load_config
-    from focus_dagster.recovery import recover_dead_runs
+    from focus_dagster.platform.recovery import recover_dead_runs
 
     home = prepare_dagster_home(load_config())
     with dg.DagsterInstance.from_config(str(home)) as instance:
@@ -428,9 +428,9 @@ def cmd_recover(args) -> int:
 
 def cmd_ui(args) -> int:
     from focus_dagster.config import load_config
-    from focus_dagster.ui import serve
+    from focus_dagster.platform.ui import serve
 
-    # `dagster dev` runs as a child that focus ui stops whole, its runs in flight canceled (focus_dagster/ui.py).
+    # `dagster dev` runs as a child that focus ui stops whole, its runs in flight canceled (focus_dagster/platform/ui.py).
     return serve(args.port, prepare_dagster_home(load_config()))
 
 
@@ -455,7 +455,7 @@ def cmd_trace(args) -> int:
     import json
 
     from focus_dagster.config import load_config
-    from focus_dagster.trace import format_trace, trace
+    from focus_dagster.platform.trace import format_trace, trace
 
     config = load_config()
     result = trace(args.metric_id, config, prepare_dagster_home(config) if args.runs else None, runs=args.runs)
@@ -485,7 +485,7 @@ def cmd_compare(args) -> int:
 
 def cmd_export(args) -> int:
     from focus_dagster.config import load_config
-    from focus_dagster.export import export_tables, format_summary
+    from focus_dagster.platform.export import export_tables, format_summary
 
     manifest = export_tables(load_config(), args.out, format=args.format, tables=args.tables,
                              datasets=args.datasets, models=args.models, force=args.force)

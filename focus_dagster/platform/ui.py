@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from focus_dagster.instance import REPO_ROOT, UI_HOST
+from focus_dagster.platform.instance import REPO_ROOT, UI_HOST
 
 GRACE_SECONDS = 5.0  # for Dagster's own shutdown: about 3 s with nothing in flight (2-core machine)
 CLEANUP_SECONDS = 1.0  # for `dagster dev` alone, once the rest is killed: it removes its temporary workspace
@@ -247,7 +247,7 @@ def runs_in_flight(instance, processes: dict[int, float]) -> list[InFlight]:
     processes, as the run recorded them after they started (a pid recorded earlier was another process's)."""
     import dagster as dg
 
-    from focus_dagster.recovery import PID_REUSE_TOLERANCE_SECONDS, run_processes
+    from focus_dagster.platform.recovery import PID_REUSE_TOLERANCE_SECONDS, run_processes
 
     def ours(process) -> bool:
         started = processes.get(process.pid)

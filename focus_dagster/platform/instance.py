@@ -14,7 +14,7 @@ from pathlib import Path
 
 from focus_dagster.errors import ConfigError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 UI_HOST, UI_PORT = "127.0.0.1", 3000
 
 

@@ -29,7 +29,7 @@ from typing import Any
 from focus_dagster import lineage
 from focus_dagster.errors import FocusError
 from focus_dagster.files import confined
-from focus_dagster.instance import UI_HOST, UI_PORT
+from focus_dagster.platform.instance import UI_HOST, UI_PORT
 from resources import layout
 
 SCHEMA_VERSION = 1

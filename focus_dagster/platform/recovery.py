@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, WorkerStatus
+
+from focus_dagster.platform.dagster_private import CheckRunHealthResult, LaunchRunContext, WorkerStatus
 
 HOST_TAG = "focus/host"
 # A process that started this long after its run recorded the pid is another process that reused the pid.

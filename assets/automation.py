@@ -9,6 +9,7 @@ runs again.
 import dagster as dg
 
 from focus_dagster import lineage
+from resources import layout
 
 # Re-read a dataset when its release version changes (a new observation with the same version does not
 # count, so the daily observation refreshes nothing unless something changed) or when it was never read.
@@ -22,7 +23,7 @@ RELEASE_CHANGED = (
 ).with_label("release changed or never read")
 
 # Observing a release is not an update to wait for: a changed version requests the records (above).
-_RELEASE = dg.AssetSelection.assets("dataset_release")
+_RELEASE = dg.AssetSelection.assets(layout.DATASET_RELEASE)
 # Deep enough for the longest path of the graph (release -> records -> labels -> embeddings -> probes ->
 # predictions -> metrics -> leaderboard).
 _GRAPH_DEPTH = 8

@@ -45,7 +45,7 @@ def check_pairs(pairs, selected: list[str]) -> None:
 
 def _comparisons_asset(registered: Registered):
     @dg.asset(
-        deps=["predictions", "group_attributes"],
+        deps=[layout.PREDICTIONS, layout.GROUP_ATTRIBUTES],
         group_name=EVALUATION_GROUP,
         kinds={"parquet"},
         automation_condition=GATED_EAGER,
@@ -61,7 +61,7 @@ def _comparisons_asset(registered: Registered):
                                   reasons=inputs.reasons, n_resamples=config.n_resamples, seed=config.seed)
                   for a, b in registered.compare]
         table = pd.concat(tables, ignore_index=True).assign(run_id=context.run_id)
-        stamp = lineage.stamp("model_comparisons", None, context.run_id, lineage.frame_version(table),
+        stamp = lineage.stamp(layout.MODEL_COMPARISONS, None, context.run_id, lineage.frame_version(table),
                               code_version=code_version(), inputs=inputs.read)
         storage.replace_table(layout.COMPARISONS, table, stamp=stamp)
         return dg.MaterializeResult(metadata=comparisons_metadata(table))
@@ -107,12 +107,12 @@ def comparison_inputs(storage: FocusStorage, datasets: list[str]) -> ComparisonI
 
     samples, attributes, usable, reasons, read = [], [], {}, {}, {}
     for dataset in datasets:
-        (rows,), predictions_stamp = storage.read_stamped([(layout.SAMPLES, dataset)], "predictions", dataset)
+        (rows,), predictions_stamp = storage.read_stamped([(layout.SAMPLES, dataset)], layout.PREDICTIONS, dataset)
         if predictions_stamp is None:
             continue
         read[f"predictions[{dataset}]"] = predictions_stamp
         samples.append(rows)
-        (groups,), attributes_stamp = storage.read_stamped([(layout.ATTRIBUTES, dataset)], "group_attributes",
+        (groups,), attributes_stamp = storage.read_stamped([(layout.ATTRIBUTES, dataset)], layout.GROUP_ATTRIBUTES,
                                                            dataset)
         usable[dataset], reasons[dataset] = attribute_verdicts(dataset, predictions_stamp, attributes_stamp)
         if attributes_stamp is not None:

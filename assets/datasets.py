@@ -106,7 +106,7 @@ def _read_records(context, key: str, datasets: DatasetRoots, storage: FocusStora
     release = datasets.fingerprint(key)
     result = datasets.read(key, say=context.log.info)
     stamp = lineage.stamp(
-        "dataset_records", key, context.run_id, lineage.frame_version(result.records), code_version=code_version(),
+        layout.DATASET_RECORDS, key, context.run_id, lineage.frame_version(result.records), code_version=code_version(),
         inputs={"release": _release_stamp(datasets, key, release, context.run_id)},
         rows_quarantined=len(result.quarantine),
         # The label files this read parsed, relative to the release's root: where a number's labels came from.
@@ -118,14 +118,14 @@ def _read_records(context, key: str, datasets: DatasetRoots, storage: FocusStora
                                             (layout.UNLISTED_IMAGES, key, _unlisted_frame(result)),
                                             (layout.IMAGE_NOTES, key, _notes_frame(result))], stamp=stamp)
     context.log.info(result.accounting_line())
-    return Materialised({"dataset_records": _records_metadata(result, table, release.version)
-                         | {"lineage_version": stamp["version"]}}, stamps={"dataset_records": stamp})
+    return Materialised({layout.DATASET_RECORDS: _records_metadata(result, table, release.version)
+                         | {"lineage_version": stamp["version"]}}, stamps={layout.DATASET_RECORDS: stamp})
 
 
 def _release_stamp(datasets: DatasetRoots, key: str, fingerprint, run_id: str) -> dict:
     """The release as fingerprinted on disk by this run (an observation, or a read of the records)."""
     values = fingerprint.as_dict()
-    return lineage.stamp("dataset_release", key, run_id, fingerprint.version, code_version=code_version(),
+    return lineage.stamp(layout.DATASET_RELEASE, key, run_id, fingerprint.version, code_version=code_version(),
                          root=str(datasets.root(key)), images=values["images"], label_files=values["label_files"],
                          total_bytes=values["total_bytes"], content_hash=values["content_hash"])
 

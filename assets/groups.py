@@ -57,7 +57,7 @@ def definitions(datasets: dg.StaticPartitionsDefinition) -> dg.Definitions:
 def _attributes_asset(datasets: dg.StaticPartitionsDefinition):
     @dg.asset(
         partitions_def=datasets,
-        deps=["harmonised_labels"],
+        deps=[layout.HARMONISED_LABELS],
         group_name=EVALUATION_GROUP,
         kinds={"parquet"},
         automation_condition=GATED_EAGER,
@@ -76,12 +76,12 @@ def _attributes(context, dataset: str, storage: FocusStorage) -> Materialised:
     labels, labels_stamp = storage.read_stamped_labels(dataset)
     coverage = check_attribute_coverage(dataset, labels)
     frame = labels.loc[labels["split"] == "test", ["image_id", "split", *ATTRIBUTES]].assign(dataset=dataset)
-    stamp = lineage.stamp("group_attributes", dataset, context.run_id, lineage.frame_version(frame),
+    stamp = lineage.stamp(layout.GROUP_ATTRIBUTES, dataset, context.run_id, lineage.frame_version(frame),
                           code_version=code_version(), inputs={"labels": labels_stamp}, usable=coverage.usable(),
                           withheld=coverage.withheld(), fault=coverage.fault)
     storage.replace_partition(layout.ATTRIBUTES, dataset, frame, stamp=stamp)
     summary = coverage.summary()
-    return Materialised({"group_attributes": {"dagster/row_count": len(frame),
+    return Materialised({layout.GROUP_ATTRIBUTES: {"dagster/row_count": len(frame),
                                               "coverage": dg.MetadataValue.json(summary["attributes"])}},
                         (coverage_verdict(coverage, summary), usable_verdict(coverage)),
-                        stamps={"group_attributes": stamp})
+                        stamps={layout.GROUP_ATTRIBUTES: stamp})

@@ -4,9 +4,9 @@ With `executor: k8s` in focus.yaml, each step of a run is a Kubernetes Job of it
 `k8s_job_executor`), launched from the run's pod (the K8sRunLauncher's; deploy/). What a step's pod asks for comes
 from the `kubernetes:` section of focus.yaml (`KubernetesSettings`, focus_dagster/config.py):
 
-- the assets that run a model on the GPU, those of the `gpu` pool (`image_embeddings`, `token_probabilities`,
-  `lora_adapters`, `adapted_token_probabilities`), carry the op tag `dagster-k8s/config`: `gpu_resources` (with
-  `nvidia.com/gpu`), `gpu_node_selector` and `gpu_tolerations`;
+- the assets that run a model on the GPU, each declared with `gpu_asset` (assets/gpu.py), which puts it in the
+  `gpu` pool, carry the op tag `dagster-k8s/config` (`gpu_op_tags`): `gpu_resources` (with `nvidia.com/gpu`),
+  `gpu_node_selector` and `gpu_tolerations`; the same decorator does both, so no list of GPU steps can drift;
 - every other step gets `cpu_resources` from the executor's `step_k8s_config`, and no GPU, node selector nor
   toleration: the GPU nodes' taint keeps it off them.
 

@@ -36,10 +36,11 @@ def definitions(registered: Registered) -> dg.Definitions:
     """The labels and their rejects, the label checks, and the data-layer job that reads a dataset end to end."""
     harmonise_labels = _label_assets(registered.datasets)
     # The questions depend on the labels only, so a dataset's data layer renders them too when MLLMs run.
-    questions = ["yes_no_questions"] if registered.models(MLLMS) else []
+    questions = [layout.YES_NO_QUESTIONS] if registered.models(MLLMS) else []
     data_layer = dg.define_asset_job(
         DATA_LAYER_JOB,
-        selection=dg.AssetSelection.assets("dataset_records", "harmonised_labels", "label_rejects", *questions),
+        selection=dg.AssetSelection.assets(layout.DATASET_RECORDS, layout.HARMONISED_LABELS, layout.LABEL_REJECTS_ASSET,
+                                           *questions),
         partitions_def=registered.datasets,
         description="Read a dataset from its published layout into native records, then harmonised labels "
         "(and the yes/no questions, when multimodal LLMs are selected).",
@@ -51,9 +52,9 @@ def definitions(registered: Registered) -> dg.Definitions:
 def _label_assets(partitions: dg.StaticPartitionsDefinition) -> dg.AssetsDefinition:
     @dg.multi_asset(
         specs=[
-            dg.AssetSpec("harmonised_labels", deps=["dataset_records"], description=HARMONISED_DESCRIPTION,
+            dg.AssetSpec(layout.HARMONISED_LABELS, deps=[layout.DATASET_RECORDS], description=HARMONISED_DESCRIPTION,
                          group_name=LABEL_GROUP, kinds={"parquet"}, automation_condition=GATED_EAGER),
-            dg.AssetSpec("label_rejects", deps=["dataset_records"], description=REJECTS_DESCRIPTION,
+            dg.AssetSpec(layout.LABEL_REJECTS_ASSET, deps=[layout.DATASET_RECORDS], description=REJECTS_DESCRIPTION,
                          group_name=LABEL_GROUP, kinds={"parquet"}, automation_condition=GATED_EAGER),
         ],
         partitions_def=partitions,
@@ -69,7 +70,7 @@ def _harmonise(context, key: str, datasets: DatasetRoots, storage: FocusStorage)
     """One dataset's records harmonised into task labels and rejects, written with their lineage."""
     # The records, their quarantine and the stamp saying which release they were read from, as one snapshot.
     (records, quarantine), read = storage.read_stamped(
-        [(layout.records_table(key), None), (layout.QUARANTINE, key)], "dataset_records", key)
+        [(layout.records_table(key), None), (layout.QUARANTINE, key)], layout.DATASET_RECORDS, key)
     result = harmonise(
         key, records, quarantine, root=datasets.root(key), splits_dir=datasets.config.splits_dir,
         seed=datasets.config.split_seed,
@@ -85,13 +86,13 @@ def _harmonise(context, key: str, datasets: DatasetRoots, storage: FocusStorage)
                                           "release_version": lineage.fact(read, "inputs", "release", "version")}
     # The rejects share the labels' commit and inputs; their own content makes their data version.
     rejects_stamp = stamp | {"version": lineage.frame_version(result.rejects)}
-    return Materialised({"harmonised_labels": metadata, "label_rejects": rejects_metadata(result)},
-                        stamps={"harmonised_labels": stamp, "label_rejects": rejects_stamp})
+    return Materialised({layout.HARMONISED_LABELS: metadata, layout.LABEL_REJECTS_ASSET: rejects_metadata(result)},
+                        stamps={layout.HARMONISED_LABELS: stamp, layout.LABEL_REJECTS_ASSET: rejects_stamp})
 
 
 def labels_stamp(result: LabelResult, dataset: str, run_id: str, records: dict | None) -> dict:
     """The labels' lineage: their content version, the rule and split that made them, the records' stamp."""
-    return lineage.stamp("harmonised_labels", dataset, run_id, lineage.frame_version(result.labels),
+    return lineage.stamp(layout.HARMONISED_LABELS, dataset, run_id, lineage.frame_version(result.labels),
                          code_version=code_version(), inputs={"records": records}, label_rule=result.rule.id,
                          split_method=result.split_method, split_source=result.split_source or "",
                          rows_rejected=len(result.rejects))

@@ -6,19 +6,13 @@ import json
 import dagster as dg
 
 from assets.automation import GATED_EAGER, data_version
-from assets.kubernetes import gpu_op_tags
+from assets.gpu import gpu_asset
 from assets.mllm import YesNoOutput, YesNoRunConfig, score_yes_no
 from assets.models import MODEL_GROUP
 from assets.partitions import Registered, fan_out
-from checks.models import (
-    checkpoint_audit_result,
-    checkpoint_audit_spec,
-    checkpoint_load_failed,
-    checkpoint_not_loaded,
-)
+from checks.models import checkpoint_audit_result, checkpoint_not_loaded
 from focus_dagster import lineage
 from focus_dagster.adapter_plan import AdapterKey, Evaluation, TrainingSet, training_set
-from focus_dagster.models.spec import CheckpointError
 from focus_dagster.version import code_version
 from resources import DatasetRoots, FocusStorage, ModelHub, layout
 
@@ -49,13 +43,14 @@ def definitions(registered: Registered) -> dg.Definitions:
     scored = registered.evaluations()
     scored_partitions = dg.StaticPartitionsDefinition([evaluation.key for evaluation in scored])
     jobs = [
-        dg.define_asset_job(LORA_ADAPTERS_JOB, selection=dg.AssetSelection.assets("lora_adapters"),
+        dg.define_asset_job(LORA_ADAPTERS_JOB, selection=dg.AssetSelection.assets(layout.LORA_ADAPTERS),
                             partitions_def=partitions,
                             description="Train the LoRA adapters (model x training dataset x task)."),
-        dg.define_asset_job(ADAPTED_SCORES_JOB, selection=dg.AssetSelection.assets("adapted_token_probabilities"),
+        dg.define_asset_job(ADAPTED_SCORES_JOB,
+                            selection=dg.AssetSelection.assets(layout.ADAPTED_TOKEN_PROBABILITIES_ASSET),
                             partitions_def=scored_partitions,
                             description="Score every adapter on every dataset that defines its task."),
-        dg.define_asset_job(LORA_EFFECTS_JOB, selection=dg.AssetSelection.assets("lora_effects"),
+        dg.define_asset_job(LORA_EFFECTS_JOB, selection=dg.AssetSelection.assets(layout.LORA_EFFECTS_ASSET),
                             description="Compare every adapted configuration with its base model."),
     ]
     return dg.Definitions(assets=[
@@ -67,17 +62,15 @@ def definitions(registered: Registered) -> dg.Definitions:
 
 def _adapters_asset(partitions: dg.StaticPartitionsDefinition, by_training: dg.PartitionMapping,
                     registered: Registered):
-    @dg.asset(
+    @gpu_asset(
+        registered,
         partitions_def=partitions,
-        deps=[dg.AssetDep("harmonised_labels", partition_mapping=by_training),
-              dg.AssetDep("yes_no_questions", partition_mapping=by_training)],
+        kinds={"safetensors"},
+        deps=[dg.AssetDep(layout.HARMONISED_LABELS, partition_mapping=by_training),
+              dg.AssetDep(layout.YES_NO_QUESTIONS, partition_mapping=by_training)],
         group_name=MODEL_GROUP,
-        pool="gpu",
-        op_tags=gpu_op_tags(registered),  # on Kubernetes: a GPU node and a GPU (assets/kubernetes.py)
-        kinds={"pytorch", "safetensors"},
         automation_condition=GATED_EAGER,
         description=LORA_ADAPTERS_DESCRIPTION,
-        check_specs=[checkpoint_audit_spec("lora_adapters", partitions)],
     )
     def lora_adapters(context: dg.AssetExecutionContext, datasets: DatasetRoots, models: ModelHub,
                       storage: FocusStorage):
@@ -94,11 +87,7 @@ def _adapters_asset(partitions: dg.StaticPartitionsDefinition, by_training: dg.P
             yield from _no_adapter(context, storage, adapter, examples, settings, inputs)
             return
         device = pick_device()
-        try:
-            mllm = models.load_mllm(adapter.model, device)
-        except CheckpointError as exc:
-            yield checkpoint_load_failed(exc)
-            raise
+        mllm = models.load_mllm(adapter.model, device)  # a refused load fails the checkpoint audit (assets/gpu.py)
         yield from _train(context, storage, adapter, examples, settings, inputs, mllm, device,
                           registered.questions.version)
         yield checkpoint_audit_result(mllm.report)
@@ -117,7 +106,7 @@ def _train(context, storage: FocusStorage, adapter: AdapterKey, examples: Traini
         settings, storage.artifact_path(layout.ADAPTERS.work(adapter.key)), device=device, progress=context.log.info,
     )
     version = file_sha256(trained.folder / ADAPTER_WEIGHTS)  # the adapter's identity
-    stamp = lineage.stamp("lora_adapters", adapter.key, context.run_id, version, code_version=code_version(),
+    stamp = lineage.stamp(layout.LORA_ADAPTERS, adapter.key, context.run_id, version, code_version=code_version(),
                           inputs=inputs, model=lineage.model_facts(mllm.spec, mllm.report))
     manifest = _manifest(adapter, examples, settings, trained, mllm, questions_version, stamp)
     destination = storage.artifact_path(layout.ADAPTERS.adapter(adapter.key))
@@ -159,7 +148,7 @@ def _no_adapter(context, storage: FocusStorage, adapter: AdapterKey, examples: T
     reason = examples.one_class_reason
     record = {"adapter": adapter.key, "reason": reason, "positives": examples.positives,
               "negatives": examples.negatives, "settings": settings.as_dict(),
-              "lineage": lineage.stamp("lora_adapters", adapter.key, context.run_id, "no-adapter",
+              "lineage": lineage.stamp(layout.LORA_ADAPTERS, adapter.key, context.run_id, "no-adapter",
                                        code_version=code_version(), inputs=inputs)}
     path, _ = storage.write_artifact(layout.ADAPTERS.skipped(adapter.key),
                                      lambda partial: partial.write_text(json.dumps(record, indent=2, default=str)))
@@ -191,15 +180,16 @@ ADAPTED_DESCRIPTION = (
 
 
 def _adapted_asset(partitions: dg.StaticPartitionsDefinition, scored: list[Evaluation], registered: Registered):
-    @dg.asset(
+    # No checkpoint audit of its own: the adapter is checked against the hash in its manifest when it is applied.
+    @gpu_asset(
+        registered,
         partitions_def=partitions,
-        deps=[dg.AssetDep("lora_adapters", partition_mapping=fan_out((e.adapter.key, e.key) for e in scored)),
-              dg.AssetDep("yes_no_questions", partition_mapping=fan_out((e.dataset, e.key) for e in scored)),
-              dg.AssetDep("harmonised_labels", partition_mapping=fan_out((e.dataset, e.key) for e in scored))],
+        kinds={"parquet"},
+        audited=False,
+        deps=[dg.AssetDep(layout.LORA_ADAPTERS, partition_mapping=fan_out((e.adapter.key, e.key) for e in scored)),
+              dg.AssetDep(layout.YES_NO_QUESTIONS, partition_mapping=fan_out((e.dataset, e.key) for e in scored)),
+              dg.AssetDep(layout.HARMONISED_LABELS, partition_mapping=fan_out((e.dataset, e.key) for e in scored))],
         group_name=MODEL_GROUP,
-        pool="gpu",
-        op_tags=gpu_op_tags(registered),  # on Kubernetes: a GPU node and a GPU (assets/kubernetes.py)
-        kinds={"pytorch", "parquet"},
         automation_condition=GATED_EAGER,
         description=ADAPTED_DESCRIPTION,
     )
@@ -211,7 +201,8 @@ def _adapted_asset(partitions: dg.StaticPartitionsDefinition, scored: list[Evalu
         evaluation = Evaluation.parse(context.partition_key)
         adapter, dataset = evaluation.adapter, evaluation.dataset
         reason = storage.adapter_skipped_reason(adapter.key)
-        output = YesNoOutput("adapted_token_probabilities", layout.ADAPTED_TOKEN_PROBABILITIES, adapter.key, dataset)
+        output = YesNoOutput(layout.ADAPTED_TOKEN_PROBABILITIES_ASSET, layout.ADAPTED_TOKEN_PROBABILITIES, adapter.key,
+                             dataset)
         if reason:
             storage.artifact_path(output.files.file(adapter.key, dataset)).unlink(missing_ok=True)
             context.log.warning(f"{evaluation.key}: nothing to score, no adapter was trained: {reason}")
@@ -253,7 +244,7 @@ def _effects_asset(datasets: list[str]):
     from assets.evaluation import EVALUATION_GROUP, MetricsConfig
 
     @dg.asset(
-        deps=["predictions"],
+        deps=[layout.PREDICTIONS],
         group_name=EVALUATION_GROUP,
         kinds={"parquet"},
         automation_condition=GATED_EAGER,
@@ -267,13 +258,13 @@ def _effects_asset(datasets: list[str]):
         samples, unavailable, read = [], [], {}
         for dataset in datasets:
             (rows, missing), stamp = storage.read_stamped([(layout.SAMPLES, dataset), (layout.UNAVAILABLE, dataset)],
-                                                          "predictions", dataset)
+                                                          layout.PREDICTIONS, dataset)
             samples.append(rows)
             unavailable.append(missing)
             read[f"predictions[{dataset}]"] = stamp
         table, summary = effect_rows(pd.concat(samples, ignore_index=True), pd.concat(unavailable, ignore_index=True),
                                      config.n_resamples, config.seed)
-        stamp = lineage.stamp("lora_effects", None, context.run_id, lineage.frame_version(table),
+        stamp = lineage.stamp(layout.LORA_EFFECTS_ASSET, None, context.run_id, lineage.frame_version(table),
                               code_version=code_version(), inputs=read)
         storage.replace_partitions([(layout.LORA_EFFECTS, None, table.assign(run_id=context.run_id)),
                                     (layout.LORA_SUMMARY, None, summary.assign(run_id=context.run_id))], stamp=stamp)

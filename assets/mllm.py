@@ -10,10 +10,10 @@ from pydantic import Field
 
 from assets.automation import GATED_EAGER, data_version
 from assets.backfill import SINGLE_RUN, Materialised, each_dataset
-from assets.kubernetes import gpu_op_tags
+from assets.gpu import gpu_asset
 from assets.models import MODEL_GROUP, image_files, model_output_stamp, model_run_metadata
 from assets.partitions import BY_DATASET, MLLMS, Registered, model_and_dataset
-from checks.models import checkpoint_audit_result, checkpoint_audit_spec, checkpoint_load_failed
+from checks.models import checkpoint_audit_result
 from checks.questions import no_label_leak_result, no_label_leak_spec
 from focus_dagster import lineage
 from focus_dagster.evaluation.inputs import asked_tasks, questions_refusal
@@ -21,7 +21,6 @@ from focus_dagster.labels import TASKS, defined_tasks
 from focus_dagster.labels.rule_lookup import rule_for
 from focus_dagster.markup import md_text
 from focus_dagster.models.preprocessing import preprocess_fingerprint
-from focus_dagster.models.spec import CheckpointError
 from focus_dagster.questions import QuestionBook, find_leaks, unknown_fields
 from focus_dagster.version import code_version
 from resources import DatasetRoots, FocusStorage, ModelHub, layout
@@ -59,12 +58,13 @@ def definitions(registered: Registered) -> dg.Definitions:
         return dg.Definitions()
     partitions = registered.model_partitions(MLLMS)
     scores = dg.define_asset_job(
-        TOKEN_PROBABILITIES_JOB, selection=dg.AssetSelection.assets("token_probabilities"), partitions_def=partitions,
+        TOKEN_PROBABILITIES_JOB, selection=dg.AssetSelection.assets(layout.TOKEN_PROBABILITIES_ASSET),
+        partitions_def=partitions,
         description="Yes/no token probabilities of every selected multimodal LLM (model x dataset).",
     )
     return dg.Definitions(
         assets=[_questions_asset(registered.datasets, registered.questions),
-                _token_probabilities_asset(partitions, registered.questions, gpu_op_tags(registered))],
+                _token_probabilities_asset(partitions, registered)],
         jobs=[scores],
     )
 
@@ -72,7 +72,7 @@ def definitions(registered: Registered) -> dg.Definitions:
 def _questions_asset(datasets: dg.StaticPartitionsDefinition, book: QuestionBook):
     @dg.asset(
         partitions_def=datasets,
-        deps=["harmonised_labels"],
+        deps=[layout.HARMONISED_LABELS],
         group_name=MODEL_GROUP,
         kinds={"parquet"},
         automation_condition=GATED_EAGER,
@@ -98,7 +98,7 @@ def _render_questions(context, dataset: str, book: QuestionBook, storage: FocusS
         for image_id, row in zip(rows["image_id"], rows.to_dict("records")) for q in questions
     ], columns=["image_id", "task", "question_id", "question", "leak"])
     # The verdict travels with the questions: token_probabilities refuses a file that records a leak.
-    stamp = lineage.stamp("yes_no_questions", dataset, context.run_id, lineage.frame_version(rendered),
+    stamp = lineage.stamp(layout.YES_NO_QUESTIONS, dataset, context.run_id, lineage.frame_version(rendered),
                           code_version=code_version(), inputs={"labels": labels_stamp},
                           questions_version=book.version, leaks=len(leaks))
     path, sha = storage.write_parquet(layout.questions_file(dataset), rendered, stamp)
@@ -110,7 +110,7 @@ def _render_questions(context, dataset: str, book: QuestionBook, storage: FocusS
         "sha256": sha,
     }
     leak_check = no_label_leak_result(leaks, len(questions), list(rule_for(dataset).label_columns))
-    return Materialised({"yes_no_questions": metadata}, (leak_check,), stamps={"yes_no_questions": stamp})
+    return Materialised({layout.YES_NO_QUESTIONS: metadata}, (leak_check,), stamps={layout.YES_NO_QUESTIONS: stamp})
 
 
 def _context_rows(storage: FocusStorage, dataset: str, labels: pd.DataFrame, questions) -> pd.DataFrame:
@@ -137,18 +137,18 @@ def _questions_table(questions) -> str:
     return "\n".join(lines)
 
 
-def _token_probabilities_asset(partitions: dg.MultiPartitionsDefinition, book: QuestionBook, op_tags: dict[str, str]):
-    @dg.asset(
+def _token_probabilities_asset(partitions: dg.MultiPartitionsDefinition, registered: Registered):
+    book = registered.questions
+
+    @gpu_asset(
+        registered,
         partitions_def=partitions,
-        deps=[dg.AssetDep("yes_no_questions", partition_mapping=BY_DATASET),
-              dg.AssetDep("harmonised_labels", partition_mapping=BY_DATASET)],
+        kinds={"parquet"},
+        deps=[dg.AssetDep(layout.YES_NO_QUESTIONS, partition_mapping=BY_DATASET),
+              dg.AssetDep(layout.HARMONISED_LABELS, partition_mapping=BY_DATASET)],
         group_name=MODEL_GROUP,
-        pool="gpu",
-        op_tags=op_tags,  # on Kubernetes: a GPU node and a GPU (assets/kubernetes.py)
-        kinds={"pytorch", "parquet"},
         automation_condition=GATED_EAGER,
         description=TOKEN_PROBABILITIES_DESCRIPTION,
-        check_specs=[checkpoint_audit_spec("token_probabilities", partitions)],
     )
     def token_probabilities(
         context: dg.AssetExecutionContext, config: YesNoRunConfig, datasets: DatasetRoots, models: ModelHub,
@@ -161,12 +161,8 @@ def _token_probabilities_asset(partitions: dg.MultiPartitionsDefinition, book: Q
         asked, questions_stamp = storage.read_stamped_parquet(layout.questions_file(dataset))
         tasks = _checked_tasks(asked, dataset, book)
         device = pick_device()
-        try:
-            mllm = models.load_mllm(model_id, device)
-        except CheckpointError as exc:
-            yield checkpoint_load_failed(exc)
-            raise
-        output = YesNoOutput("token_probabilities", layout.TOKEN_PROBABILITIES, model_id, dataset)
+        mllm = models.load_mllm(model_id, device)  # a refused load fails the checkpoint audit (assets/gpu.py)
+        output = YesNoOutput(layout.TOKEN_PROBABILITIES_ASSET, layout.TOKEN_PROBABILITIES, model_id, dataset)
         metadata, stamp = score_yes_no(
             context, output, mllm, datasets, storage, book, labels, asked, tasks, device, config.answer_tokens,
             inputs={"labels": labels_stamp, "questions": questions_stamp})

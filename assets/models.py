@@ -4,7 +4,7 @@ import dagster as dg
 import pandas as pd
 
 from assets.automation import GATED_EAGER, data_version
-from assets.kubernetes import gpu_op_tags
+from assets.gpu import gpu_asset
 from assets.partitions import (
     BY_DATASET,
     DUAL_ENCODERS,
@@ -13,12 +13,11 @@ from assets.partitions import (
     Registered,
     model_and_dataset,
 )
-from checks.models import checkpoint_audit_result, checkpoint_audit_spec, checkpoint_load_failed
+from checks.models import checkpoint_audit_result
 from focus_dagster import lineage
 from focus_dagster.inference.pixel_cache import KnownHashes
 from focus_dagster.labels import defined_tasks
 from focus_dagster.models.preprocessing import preprocess_fingerprint, preprocess_record
-from focus_dagster.models.spec import CheckpointError
 from focus_dagster.version import code_version
 from resources import DatasetRoots, FocusStorage, ModelHub, layout
 
@@ -53,12 +52,12 @@ def definitions(registered: Registered) -> dg.Definitions:
     """image_embeddings for every VM/VLM x dataset and zero_shot_scores for every VLM x dataset, with a job each."""
     assets, jobs = [], []
     if registered.models(ENCODERS):
-        assets.append(_embeddings_asset(registered.model_partitions(ENCODERS), gpu_op_tags(registered)))
-        jobs.append(_job(EMBEDDINGS_JOB, "image_embeddings", registered.model_partitions(ENCODERS),
+        assets.append(_embeddings_asset(registered.model_partitions(ENCODERS), registered))
+        jobs.append(_job(EMBEDDINGS_JOB, layout.IMAGE_EMBEDDINGS, registered.model_partitions(ENCODERS),
                          "Image embeddings of every selected encoder (model x dataset)."))
     if registered.models(DUAL_ENCODERS):
         assets.append(_zero_shot_asset(registered.model_partitions(DUAL_ENCODERS)))
-        jobs.append(_job(ZERO_SHOT_JOB, "zero_shot_scores", registered.model_partitions(DUAL_ENCODERS),
+        jobs.append(_job(ZERO_SHOT_JOB, layout.ZERO_SHOT_SCORES, registered.model_partitions(DUAL_ENCODERS),
                          "Zero-shot scores of every selected dual encoder (model x dataset)."))
     return dg.Definitions(assets=assets, jobs=jobs)
 
@@ -68,17 +67,15 @@ def _job(name: str, asset: str, partitions, description: str):
                                description=description)
 
 
-def _embeddings_asset(partitions: dg.MultiPartitionsDefinition, op_tags: dict[str, str]):
-    @dg.asset(
+def _embeddings_asset(partitions: dg.MultiPartitionsDefinition, registered: Registered):
+    @gpu_asset(
+        registered,
         partitions_def=partitions,
-        deps=[dg.AssetDep("harmonised_labels", partition_mapping=BY_DATASET)],
+        kinds={"parquet"},
+        deps=[dg.AssetDep(layout.HARMONISED_LABELS, partition_mapping=BY_DATASET)],
         group_name=MODEL_GROUP,
-        pool="gpu",
-        op_tags=op_tags,  # on Kubernetes: a GPU node and a GPU (assets/kubernetes.py)
-        kinds={"pytorch", "parquet"},
         automation_condition=GATED_EAGER,
         description=EMBEDDINGS_DESCRIPTION,
-        check_specs=[checkpoint_audit_spec("image_embeddings", partitions)],
     )
     def image_embeddings(
         context: dg.AssetExecutionContext, datasets: DatasetRoots, models: ModelHub, storage: FocusStorage
@@ -89,11 +86,7 @@ def _embeddings_asset(partitions: dg.MultiPartitionsDefinition, op_tags: dict[st
         model_id, dataset = model_and_dataset(context)
         labels, labels_stamp = storage.read_stamped_labels(dataset)
         device = pick_device()
-        try:
-            encoder = models.load(model_id, device)
-        except CheckpointError as exc:
-            yield checkpoint_load_failed(exc)
-            raise
+        encoder = models.load(model_id, device)  # a refused load fails the checkpoint audit (assets/gpu.py)
         forward = compile_encoder(encoder.embed, encoder.modules, encoder.spec.preprocess, device,
                                   mode=models.compile_mode, batch_size=default_batch_size(device), log=context.log.info)
         items = image_files(datasets, dataset, labels)
@@ -106,7 +99,7 @@ def _embeddings_asset(partitions: dg.MultiPartitionsDefinition, op_tags: dict[st
             known_hashes=labelled_hashes(items, labels, storage.artifact_path(layout.labels_file(dataset))),
         )
         frame = pd.DataFrame({"image_id": run.image_ids, "embedding": list(run.outputs)})
-        stamp = model_output_stamp("image_embeddings", model_id, dataset, context.run_id, frame, encoder,
+        stamp = model_output_stamp(layout.IMAGE_EMBEDDINGS, model_id, dataset, context.run_id, frame, encoder,
                                    labels=labels_stamp, forward=forward.mode)
         path, sha = storage.write_parquet(layout.EMBEDDINGS.file(model_id, dataset), frame, stamp)
         yield dg.MaterializeResult(metadata=_embedding_metadata(encoder, run, dataset, path, sha)
@@ -121,7 +114,7 @@ def _embeddings_asset(partitions: dg.MultiPartitionsDefinition, op_tags: dict[st
 def _zero_shot_asset(partitions: dg.MultiPartitionsDefinition):
     @dg.asset(
         partitions_def=partitions,
-        deps=[dg.AssetDep("image_embeddings", partition_mapping=SAME_MODEL_AND_DATASET)],
+        deps=[dg.AssetDep(layout.IMAGE_EMBEDDINGS, partition_mapping=SAME_MODEL_AND_DATASET)],
         group_name=MODEL_GROUP,
         kinds={"pytorch", "parquet"},
         automation_condition=GATED_EAGER,
@@ -139,7 +132,7 @@ def _zero_shot_asset(partitions: dg.MultiPartitionsDefinition):
         encoder = models.load(model_id, "cpu")
         frame = zero_shot_frame(encoder, embeddings, defined_tasks(labels), dataset)
         key = layout.model_dataset_row_key(model_id, dataset)
-        stamp = model_output_stamp("zero_shot_scores", model_id, dataset, context.run_id, frame, encoder,
+        stamp = model_output_stamp(layout.ZERO_SHOT_SCORES, model_id, dataset, context.run_id, frame, encoder,
                                    labels=labels_stamp, embeddings=embeddings_stamp, prompts_version=PROMPTS_VERSION)
         storage.replace_partition(layout.ZERO_SHOT, key, frame.assign(partition=key), stamp=stamp)
         return dg.MaterializeResult(metadata={

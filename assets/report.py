@@ -30,14 +30,14 @@ ARENA_DESCRIPTION = (
 
 def definitions(registered: Registered) -> dg.Definitions:
     """arena_report and its job."""
-    deps = ["metrics", "fairness_metrics", "quality_metrics"]
+    deps = [layout.METRICS_ASSET, layout.FAIRNESS_METRICS, layout.QUALITY_METRICS]
     if registered.models(ENCODERS):
-        deps.append("cross_dataset_metrics")
+        deps.append(layout.CROSS_DATASET_METRICS)
     if registered.adapters():
-        deps.append("lora_effects")
+        deps.append(layout.LORA_EFFECTS_ASSET)
     if registered.compare:
-        deps.append("model_comparisons")
-    job = dg.define_asset_job(REPORT_JOB, selection=dg.AssetSelection.assets("arena_report"),
+        deps.append(layout.MODEL_COMPARISONS)
+    job = dg.define_asset_job(REPORT_JOB, selection=dg.AssetSelection.assets(layout.ARENA_REPORT_ASSET),
                               description="Build the arena report from the metric tables as they are now.")
     return dg.Definitions(assets=[_report_asset(deps, registered)], jobs=[job])
 
@@ -97,7 +97,7 @@ def report_inputs(storage: FocusStorage, registered: Registered):
 
     header = [f"code {code_version()} · metric rows {len(metrics)} · tables {storage.tables_url} · "
               f"lineage stamps read: {len(sources)} (manifest.json)"]
-    notes = {dataset: _attribute_notes(storage.current_stamp("group_attributes", dataset))
+    notes = {dataset: _attribute_notes(storage.current_stamp(layout.GROUP_ATTRIBUTES, dataset))
              for dataset in registered.dataset_keys}
     declared = set(registered.compare)
     if comparisons is not None:  # pairs no longer declared stay in the table until it is rewritten: not shown
@@ -116,8 +116,8 @@ def _attribute_notes(stamp: dict | None) -> dict[str, list[str]]:
 
 # The assets whose table partitions the report reads (their lineage stamps go into its manifest); of
 # group_attributes, the coverage verdicts its stamps record (the coverage section names withheld attributes).
-READ_ASSETS = ("metrics", "fairness_metrics", "quality_metrics", "cross_dataset_metrics", "lora_effects", "predictions",
-               "model_comparisons", "group_attributes")
+READ_ASSETS = (layout.METRICS_ASSET, layout.FAIRNESS_METRICS, layout.QUALITY_METRICS, layout.CROSS_DATASET_METRICS,
+               layout.LORA_EFFECTS_ASSET, layout.PREDICTIONS, layout.MODEL_COMPARISONS, layout.GROUP_ATTRIBUTES)
 
 
 def _sources(current: dict[str, str]) -> dict[str, str]:

@@ -8,21 +8,19 @@ import dagster as dg
 
 from checks.conditions import WITH_ITS_ASSET
 from focus_dagster.labels.coverage import COVERAGE_CHECK, COVERAGE_FLOOR, USABLE_CHECK
-
-ATTRIBUTES_ASSET = "group_attributes"
-
+from resources import layout
 
 def attribute_check_specs(datasets: dg.PartitionsDefinition) -> list[dg.AssetCheckSpec]:
     """attribute_coverage and attributes_usable, partitioned like their asset: each dataset has its own verdicts,
     and one dataset's pass cannot stand for another's failure at the gates downstream."""
     return [dg.AssetCheckSpec(
-        COVERAGE_CHECK, asset=ATTRIBUTES_ASSET, automation_condition=WITH_ITS_ASSET, partitions_def=datasets,
+        COVERAGE_CHECK, asset=layout.GROUP_ATTRIBUTES, automation_condition=WITH_ITS_ASSET, partitions_def=datasets,
         description=f"Each attribute the dataset's publisher provides is set on at least {COVERAGE_FLOOR:.0%} of "
         "the test images (Great Expectations), judged one by one; attributes it does not publish pass as not "
         "applicable. A failure (WARN) names each attribute below the floor with its coverage; the fairness and "
         "quality rows grouped by it are kept without a value and with that reason, the others flow.",
     ), dg.AssetCheckSpec(
-        USABLE_CHECK, asset=ATTRIBUTES_ASSET, blocking=True, automation_condition=WITH_ITS_ASSET,
+        USABLE_CHECK, asset=layout.GROUP_ATTRIBUTES, blocking=True, automation_condition=WITH_ITS_ASSET,
         partitions_def=datasets,
         description=f"At least one attribute the dataset publishes reaches the {COVERAGE_FLOOR:.0%} floor (a "
         "dataset that publishes none passes: its rows say 'not applicable'). A failure means the label mapping "

@@ -25,7 +25,7 @@ from focus_dagster.labels import expectations as gx_checks
 from focus_dagster.labels import rule_sql
 from resources import FocusStorage, layout
 
-LABELS = dg.AssetKey("harmonised_labels")
+LABELS = dg.AssetKey(layout.HARMONISED_LABELS)
 STEP_NAME = "harmonised_labels_checks"
 
 

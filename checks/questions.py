@@ -4,13 +4,14 @@
 import dagster as dg
 
 from checks.conditions import WITH_ITS_ASSET
+from resources import layout
 
 NO_LABEL_LEAK = "no_label_leak"
 
 
 def no_label_leak_spec(datasets: dg.PartitionsDefinition) -> dg.AssetCheckSpec:
     return dg.AssetCheckSpec(
-        NO_LABEL_LEAK, asset="yes_no_questions", blocking=True, automation_condition=WITH_ITS_ASSET,
+        NO_LABEL_LEAK, asset=layout.YES_NO_QUESTIONS, blocking=True, automation_condition=WITH_ITS_ASSET,
         partitions_def=datasets,  # each dataset's own verdict
         description="No question shows the model a column that defines its label, a file name that may encode "
         "it, or per-image context whose values decide it. A leak fails here and blocks token_probabilities.",

@@ -5,7 +5,7 @@ DuckDB views named `schema.table`; a table shared by many partitions holds the p
 one column. Heavy outputs are files under the artifact store. Model outputs are partitioned by
 model x dataset, which has two spellings: Dagster's `MultiPartitionKey` (dimensions in name order,
 `dataset|model`) for the instance, and `model|dataset` in the `partition` column of the tables. Nothing
-else in the code spells a table name, a path or a key.
+else in the code spells a table name, a path or a key, and every reference to an asset names its key from here.
 """
 
 from __future__ import annotations
@@ -15,6 +15,39 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # Dagster is imported where a key is built, so that `focus trace` starts without it.
     import dagster as dg
+
+
+# ------------------------------------------------------------------------------------------ asset keys
+# Every asset's key, for whatever refers to an asset (deps, job selections, checks, lineage stamps, readers of
+# its outputs). An asset function defines its key by its own name, which must equal the constant here. A key that
+# shares its name with a table or a file of its output below ends in _ASSET.
+
+# Datasets and labels
+DATASET_RELEASE = "dataset_release"
+DATASET_RECORDS = "dataset_records"
+HARMONISED_LABELS = "harmonised_labels"
+LABEL_REJECTS_ASSET = "label_rejects"
+GROUP_ATTRIBUTES = "group_attributes"
+# Model outputs (the first four run on the GPU: assets/gpu.py)
+IMAGE_EMBEDDINGS = "image_embeddings"
+ZERO_SHOT_SCORES = "zero_shot_scores"
+YES_NO_QUESTIONS = "yes_no_questions"
+TOKEN_PROBABILITIES_ASSET = "token_probabilities"
+LORA_ADAPTERS = "lora_adapters"
+ADAPTED_TOKEN_PROBABILITIES_ASSET = "adapted_token_probabilities"
+# Evaluation and report
+PROBE_PREDICTIONS = "probe_predictions"
+PREDICTIONS = "predictions"
+METRICS_ASSET = "metrics"
+FAIRNESS_METRICS = "fairness_metrics"
+QUALITY_METRICS = "quality_metrics"
+# The asset of each metric axis that has one; its rows in METRICS are under axis_partition(dataset, axis).
+AXIS_ASSETS = {"fairness": FAIRNESS_METRICS, "quality": QUALITY_METRICS}
+CROSS_DATASET_METRICS = "cross_dataset_metrics"
+MODEL_COMPARISONS = "model_comparisons"
+LORA_EFFECTS_ASSET = "lora_effects"
+LEADERBOARD = "leaderboard"
+ARENA_REPORT_ASSET = "arena_report"
 
 
 @dataclass(frozen=True)

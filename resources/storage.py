@@ -24,10 +24,15 @@ from focus_dagster.files import atomic_path, confined, file_sha256
 from resources.layout import (
     ADAPTERS,
     EMBEDDINGS,
+    HARMONISED_LABELS,
+    IMAGE_EMBEDDINGS,
+    PROBE_PREDICTIONS,
     PROBE_SCORES,
     PROBE_SKIPPED,
     PROBES,
     TOKEN_PROBABILITIES,
+    TOKEN_PROBABILITIES_ASSET,
+    YES_NO_QUESTIONS,
     Table,
     labels_file,
     model_dataset_key,
@@ -204,14 +209,14 @@ class FocusStorage(ConfigurableResource):
 def artifact_producer(rel: str) -> tuple[str | None, str | None]:
     """(asset, partition key as the UI spells it) of the step that writes the artifact `rel`; (None, None)
     for a path the layout does not name."""
-    for name_file, asset in ((labels_file, "harmonised_labels"), (questions_file, "yes_no_questions")):
+    for name_file, asset in ((labels_file, HARMONISED_LABELS), (questions_file, YES_NO_QUESTIONS)):
         found = re.fullmatch(_placeholders(name_file(_DATASET)), rel)
         if found:
             return asset, found["dataset"]
-    outputs = ((PROBE_SKIPPED.file, "probe_predictions"), (TOKEN_PROBABILITIES.quarantine,
-               "token_probabilities"), (EMBEDDINGS.file, "image_embeddings"),
-               (TOKEN_PROBABILITIES.file, "token_probabilities"), (PROBES.file, "probe_predictions"),
-               (PROBE_SCORES.file, "probe_predictions"))
+    outputs = ((PROBE_SKIPPED.file, PROBE_PREDICTIONS), (TOKEN_PROBABILITIES.quarantine,
+               TOKEN_PROBABILITIES_ASSET), (EMBEDDINGS.file, IMAGE_EMBEDDINGS),
+               (TOKEN_PROBABILITIES.file, TOKEN_PROBABILITIES_ASSET), (PROBES.file, PROBE_PREDICTIONS),
+               (PROBE_SCORES.file, PROBE_PREDICTIONS))
     for model_file, asset in outputs:
         found = re.fullmatch(_placeholders(model_file(_MODEL, _DATASET)), rel)
         if found:

@@ -9,7 +9,22 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.waiting import file_size
+
 REPO = Path(__file__).resolve().parents[1]
+
+
+def folder_bytes(folder: Path) -> int:
+    """The bytes of the files under `folder`; files that come and go meanwhile are passed over."""
+    return sum(file_size(Path(root) / name) for root, _, names in os.walk(folder) for name in names)
+
+
+def instance_progress(instance) -> tuple:
+    """What moves while an instance's runs advance, for the waits of tests/waiting.py: its newest indexed event,
+    its newest runs and their statuses, and the bytes of its storage (SQLite's per-run event logs grow with every
+    event a step or the daemon reports, engine events included)."""
+    runs = tuple((run.run_id, run.status.value) for run in instance.get_runs(limit=100))
+    return instance.event_log_storage.get_maximum_record_id(), runs, folder_bytes(Path(instance.root_directory))
 
 
 @contextmanager

@@ -4,11 +4,12 @@ end to end, with its report: tests/test_demo_report.py)."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import dagster as dg
+
+from tests.waiting import run_apart
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -16,10 +17,10 @@ REPO = Path(__file__).resolve().parents[1]
 def test_definitions_validate_from_the_repo_root(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DAGSTER_HOME", "FOCUS_CONFIG")}
     env.update(FOCUS_HOME=str(tmp_path / "home"), DAGSTER_DISABLE_TELEMETRY="1")
-    done = subprocess.run(
-        [sys.executable, "-m", "dagster", "definitions", "validate", "-w", "workspace.yaml"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
-    )
+    # As long as it advances: its output growing, or its CPU time (loading the location can print nothing a while).
+    done = run_apart([sys.executable, "-m", "dagster", "definitions", "validate", "-w", "workspace.yaml"],
+                     "`dagster definitions validate`", tmp_path / "validate.out", tmp_path / "validate.err",
+                     cwd=REPO, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "All code locations passed validation" in done.stdout + done.stderr
 

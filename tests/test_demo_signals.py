@@ -23,7 +23,7 @@ import dagster as dg
 import pytest
 
 from focus_dagster.platform.instance import REPO_ROOT, prepare_dagster_home
-from tests.test_kill_recovery import HOLD_IN_PROCESS, holder_of, wait_for, waiting_lines
+from tests.test_kill_recovery import HOLD_IN_PROCESS, holder_of, wait_advancing, waiting_lines
 
 PROMPT = 5  # seconds from the signal to the demo's exit
 
@@ -47,7 +47,7 @@ def setting(tmp_path_factory):
         holder = subprocess.Popen([sys.executable, "-c", HOLD_IN_PROCESS, "hold_gpu_job"], cwd=REPO_ROOT,
                                   env=dict(env, DAGSTER_HOME=str(home)), start_new_session=True)
         try:
-            held = wait_for(lambda: next(iter(holder_of(instance, "gpu")), None), "the gpu pool held", 60)
+            held = wait_advancing(lambda: next(iter(holder_of(instance, "gpu")), None), "the gpu pool held", instance)
         finally:
             holder.kill()
             holder.wait()
@@ -76,7 +76,7 @@ def waiting_run(setting, process, out: Path) -> str:
         steps = setting.instance.event_log_storage.get_concurrency_info("gpu").pending_steps
         return next((s.run_id for s in steps if s.run_id != setting.held_by and s.assigned_timestamp is None), None)
 
-    return wait_for(pending, "the demo to wait for the gpu pool", 120)
+    return wait_advancing(pending, "the demo to wait for the gpu pool", setting.instance, out)
 
 
 def exits_within(process, seconds: float) -> float:
@@ -94,7 +94,8 @@ def test_a_signal_stops_the_demo_waiting_on_a_held_pool_at_once(setting, signum)
     process, out = start_demo(setting, signum.name, FOCUS_POOL_WAIT_SECONDS="600")
     run_id = waiting_run(setting, process, out)
     # The wait is said at INFO in the demo's run, naming the dead holder.
-    lines = wait_for(lambda: waiting_lines(setting.instance, run_id, "gpu"), "the waiting line", 10)
+    lines = wait_advancing(lambda: waiting_lines(setting.instance, run_id, "gpu"), "the waiting line", setting.instance,
+                           out)
     assert lines[0].level == logging.INFO and setting.held_by in lines[0].dagster_event.message
     assert "gone" in lines[0].dagster_event.message
     if signum == signal.SIGINT:

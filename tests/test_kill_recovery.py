@@ -27,8 +27,10 @@ from dagster._core.launcher import WorkerStatus
 
 from focus_dagster.platform.instance import REPO_ROOT, prepare_dagster_home
 from focus_dagster.platform.recovery import HOST_TAG, this_host
+from tests.daemon import instance_progress
 from tests.pool_location import POOLS
 from tests.pool_location import defs as location
+from tests.waiting import file_size, last_lines, wait_while_progressing
 
 PROMISE = 60  # seconds: detected, marked failed and its slots freed within a minute
 LOCATION = "pools"
@@ -104,6 +106,8 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 
 def wait_for(condition, what: str, timeout: float = 90, daemon_log: Path | None = None):
+    """`condition()`'s first truthy value within `timeout` seconds: a deadline, for what the product promises to do
+    within a time (PROMISE). To wait for anything else, wait_advancing."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
@@ -113,6 +117,14 @@ def wait_for(condition, what: str, timeout: float = 90, daemon_log: Path | None 
             tail = daemon_log.read_text()[-3000:] if daemon_log else ""
             raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{tail}")
         time.sleep(0.25)
+
+
+def wait_advancing(condition, what: str, instance, *logs: Path):
+    """`condition()`'s first truthy value, waited for as long as something advances: the instance's events, runs
+    and their statuses, or any of `logs` (the daemon's, a process's output) growing. Fails once nothing has moved
+    for the patience of tests/waiting.py, stretched by the machine's load, with the end of each log."""
+    return wait_while_progressing(condition, what, lambda: (instance_progress(instance), *map(file_size, logs)),
+                                  describe=lambda: "\n".join(f"--- {log}:\n{last_lines(log)}" for log in logs))
 
 
 def status(instance, run_id: str) -> dg.DagsterRunStatus:
@@ -151,7 +163,8 @@ def recover(instance, holders: dict[str, tuple[str, int]], waiters: dict[str, st
 
     wait_for(progress, f"the killed holders to be failed and their slots freed (so far {seen})", PROMISE, daemon_log)
     for pool, run_id in waiters.items():
-        wait_for(lambda: instance.get_run_by_id(run_id).is_finished, f"{pool} waiter to finish", 60, daemon_log)
+        wait_advancing(lambda: instance.get_run_by_id(run_id).is_finished, f"{pool} waiter to finish", instance,
+                       daemon_log)
         assert status(instance, run_id) == dg.DagsterRunStatus.SUCCESS
         assert not holder_of(instance, pool)
     return {key: round(value, 1) for key, value in sorted(seen.items())}
@@ -218,13 +231,13 @@ def test_the_health_check_fails_a_run_only_when_nothing_of_it_runs_on_this_host(
 def test_a_killed_launched_run_frees_its_pool_and_the_waiting_run_completes(env, instance, daemon, submit):
     holders = {pool: submit(f"hold_{pool}_job") for pool in POOLS}
     for pool, run_id in holders.items():
-        wait_for(lambda: holder_of(instance, pool) == {run_id}, f"{pool} held by its holder", 90, daemon)
-    pids = {pool: wait_for(lambda: held_pid(env, pool), f"{pool} holder pid", 30, daemon) for pool in POOLS}
+        wait_advancing(lambda: holder_of(instance, pool) == {run_id}, f"{pool} held by its holder", instance, daemon)
+    pids = {pool: wait_advancing(lambda: held_pid(env, pool), f"{pool} holder pid", instance, daemon) for pool in POOLS}
     assert all(instance.get_run_by_id(run_id).tags.get(HOST_TAG) == this_host() for run_id in holders.values())
     waiters = {pool: submit(f"use_{pool}_job") for pool in POOLS}
     for pool, run_id in waiters.items():
         # The waiting step says so at INFO, naming the run that holds the pool (read from the instance).
-        lines = wait_for(lambda: waiting_lines(instance, run_id, pool), f"{pool} waiting line", 60, daemon)
+        lines = wait_advancing(lambda: waiting_lines(instance, run_id, pool), f"{pool} waiting line", instance, daemon)
         assert lines[0].level == logging.INFO
         assert holders[pool] in lines[0].dagster_event.message, lines[0].dagster_event.message
         assert status(instance, run_id) == dg.DagsterRunStatus.STARTED and run_id not in holder_of(instance, pool)
@@ -241,10 +254,11 @@ def test_a_killed_in_process_run_is_failed_by_run_monitoring(env, instance, daem
                                     env=env.vars, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                     start_new_session=True) for pool in POOLS}
     try:
-        pids = {pool: wait_for(lambda: held_pid(env, pool, old[pool]), f"{pool} holder pid", 60, daemon)
+        pids = {pool: wait_advancing(lambda: held_pid(env, pool, old[pool]), f"{pool} holder pid", instance, daemon)
                 for pool in POOLS}
         assert pids == {pool: procs[pool].pid for pool in POOLS}
-        holders = {pool: wait_for(lambda: next(iter(holder_of(instance, pool)), None), f"{pool} held", 30, daemon)
+        holders = {pool: wait_advancing(lambda: next(iter(holder_of(instance, pool)), None), f"{pool} held", instance,
+                                       daemon)
                    for pool in POOLS}
         waiters = {pool: submit(f"use_{pool}_job") for pool in POOLS}
         times = recover(instance, {p: (holders[p], pids[p]) for p in POOLS}, waiters, daemon)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import socket
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,6 +18,7 @@ import pytest
 
 from focus_dagster.platform.cli import main
 from focus_dagster.platform.instance import REPO_ROOT
+from tests.waiting import run_apart
 
 BIN = Path(sys.executable).parent
 ADVICE = ("it is truncated or damaged, as an interrupted download or copy leaves it. Download or copy it again from "
@@ -93,8 +93,8 @@ def test_an_unreachable_postgresql_instance_is_one_line_naming_where_and_what_to
                FOCUS_PG_PORT=str(port), FOCUS_PG_DB="focus_runs", FOCUS_PG_USER="focus",
                FOCUS_PG_PASSWORD="not-this-secret", DAGSTER_DISABLE_TELEMETRY="1")
     env.pop("FOCUS_CONFIG", None)
-    done = subprocess.run([str(BIN / "focus"), "recover"], env=env, capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path)
+    done = run_apart([str(BIN / "focus"), "recover"], "`focus recover` on an unreachable PostgreSQL instance",
+                     tmp_path / "recover.out", tmp_path / "recover.err", env=env, cwd=tmp_path)
     assert done.returncode == 2, done.stderr[-3000:]
     assert done.stdout == ""
     profile = REPO_ROOT / "deploy" / "postgres" / "dagster.yaml"

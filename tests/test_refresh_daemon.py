@@ -17,10 +17,10 @@ import dagster as dg
 import pytest
 from tests.automation_driver import unsynced
 from tests.conftest import copy_tree
-from tests.daemon import running_daemon
+from tests.daemon import instance_progress, running_daemon
+from tests.waiting import file_size, last_lines, wait_while_progressing
 
 SETTLE_TICKS = 3  # consecutive ticks that request nothing, with no run waiting or running
-TIMEOUT = 420
 LABELS_FILE = Path("B. Disease Grading") / "2. Groundtruths" / "a. IDRiD_Disease Grading_Training Labels.csv"
 REFRESHED = {"dataset_records", "harmonised_labels", "label_rejects", "image_embeddings", "probe_predictions",
              "predictions", "metrics", "group_attributes", "fairness_metrics", "quality_metrics",
@@ -64,12 +64,11 @@ def ticks(log: Path) -> list[int]:
     return [int(n) for n in re.findall(r"Tick produced (\d+) runs? and .* for focus_refresh", log.read_text())]
 
 
-def wait_for(condition, what: str, timeout: float = TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(1)
+def wait_for(condition, what: str, log: Path, instance) -> None:
+    """Until `condition()`, for as long as the daemon advances: its log growing (it loads the location, then
+    logs each tick), its ticks, or the instance's events, runs and their statuses changing."""
+    wait_while_progressing(condition, what, lambda: (file_size(log), len(ticks(log)), instance_progress(instance)),
+                           describe=lambda: last_lines(log))
 
 
 class Settling:
@@ -97,7 +96,8 @@ class Settling:
 def test_the_running_sensor_refreshes_a_changed_dataset_completely(home, daemon):
     tmp_path, roots, env = home
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
-        wait_for(lambda: len(ticks(daemon)) >= 2, "the sensor's first ticks")  # its cursor starts here
+        # Its cursor starts at its first ticks.
+        wait_for(lambda: len(ticks(daemon)) >= 2, "the sensor's first ticks", daemon, instance)
         label = roots["idrid"] / LABELS_FILE
         lines = label.read_bytes().split(b"\r\n")
         name, grade, rest = lines[1].split(b",", 2)
@@ -109,8 +109,8 @@ def test_the_running_sensor_refreshes_a_changed_dataset_completely(home, daemon)
 
         defs = build_definitions()
         assert defs.resolve_job_def(OBSERVE_JOB).execute_in_process(instance=instance).success
-        wait_for(lambda: any(ticks(daemon)), "a run")
-        wait_for(Settling(daemon, instance), "the refresh to settle")
+        wait_for(lambda: any(ticks(daemon)), "a run", daemon, instance)
+        wait_for(Settling(daemon, instance), "the refresh to settle", daemon, instance)
 
         runs = [r for r in instance.get_runs() if r.tags.get("dagster/sensor_name") == "focus_refresh"]
         assert runs and all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs), [r.status for r in runs]

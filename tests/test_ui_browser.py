@@ -22,7 +22,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from contextlib import contextmanager, redirect_stdout
 from dataclasses import replace
@@ -31,6 +30,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import copy_tree, require_chromium
+from tests.daemon import instance_progress
+from tests.waiting import Stalled, file_size, last_lines, load_factor, wait_while_progressing
 
 REPO = Path(__file__).resolve().parents[1]
 DATASETS = ("brset", "idrid")
@@ -92,47 +93,52 @@ def ui(home):
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_for_server(base, process, tmp / "ui.log")
-        _wait_for_code_location(base, tmp / "ui.log")
+        _wait_for_code_location(base, process, tmp / "ui.log")
         yield base
     finally:
         _stop(process)
         log.close()
 
 
-def _wait_for_server(base: str, process, log: Path, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def _wait_for_server(base: str, process, log: Path) -> None:
+    """Until the UI answers, for as long as it advances (its log grows as the webserver, daemon and code server
+    start); at once if it exits."""
+    def answers() -> bool:
         if process.poll() is not None:
-            raise AssertionError(f"focus ui exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+            raise AssertionError(f"focus ui exited with {process.returncode}:\n{last_lines(log)}")
         try:
-            with urllib.request.urlopen(f"{base}/server_info", timeout=2) as response:
-                if response.status == 200:
-                    return
+            with urllib.request.urlopen(f"{base}/server_info", timeout=2 * load_factor()) as response:
+                return response.status == 200
         except OSError:
-            time.sleep(1)
-    raise AssertionError(f"the UI did not answer within {timeout}s:\n{log.read_text()[-3000:]}")
+            return False
+
+    wait_while_progressing(answers, "the UI to answer", lambda: file_size(log), describe=lambda: last_lines(log))
 
 
-def _wait_for_code_location(base: str, log: Path, timeout: float = 240) -> None:
-    """Until the webserver has loaded the code location (it answers /server_info before that)."""
+def _wait_for_code_location(base: str, process, log: Path) -> None:
+    """Until the webserver has loaded the code location (it answers /server_info before that), for as long as
+    its log grows or the location's load status changes."""
     import json
 
     query = json.dumps({"query": "{ workspaceOrError { ... on Workspace { locationEntries { loadStatus "
                                  "locationOrLoadError { __typename } } } } }"}).encode()
-    deadline, seen = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
+    seen = [None]
+
+    def loaded() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"focus ui exited with {process.returncode}:\n{last_lines(log)}")
         request = urllib.request.Request(f"{base}/graphql", data=query, headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                seen = json.load(response)["data"]["workspaceOrError"]["locationEntries"]
+            with urllib.request.urlopen(request, timeout=10 * load_factor()) as response:
+                seen[0] = json.load(response)["data"]["workspaceOrError"]["locationEntries"]
         except (OSError, KeyError, TypeError, ValueError) as exc:
-            seen = repr(exc)
-        if isinstance(seen, list) and seen and all(
-                e["loadStatus"] == "LOADED" and e["locationOrLoadError"]["__typename"] == "RepositoryLocation"
-                for e in seen):
-            return
-        time.sleep(2)
-    raise AssertionError(f"the code location did not load within {timeout}s ({seen}):\n{log.read_text()[-3000:]}")
+            seen[0] = repr(exc)
+        return isinstance(seen[0], list) and bool(seen[0]) and all(
+            e["loadStatus"] == "LOADED" and e["locationOrLoadError"]["__typename"] == "RepositoryLocation"
+            for e in seen[0])
+
+    wait_while_progressing(loaded, "the code location to load", lambda: (file_size(log), repr(seen[0])),
+                           describe=lambda: f"{seen[0]}\n{last_lines(log)}", poll=2)
 
 
 def _stop(process) -> None:
@@ -163,7 +169,7 @@ def page(browser, ui):
     # Dagster asks first-time visitors on 127.0.0.1 to join its community; this visitor has already answered.
     context.add_init_script("window.localStorage.setItem('communityNux', JSON.stringify('1'))")
     page = context.new_page()
-    page.set_default_timeout(30_000)
+    page.set_default_timeout(30_000 * load_factor())
 
     def open_(path: str):
         page.goto(ui + path)
@@ -182,21 +188,24 @@ def _text(page, wait_for: str) -> str:
 
 
 def _check_partitions(page, asset: str, check: str, settled=lambda counts: counts.get("Missing") == 0,
-                      timeout: float = 30, loads: int = 4) -> dict[str, int]:
+                      loads: int = 4) -> dict[str, int]:
     """The verdict counts on the Partitions tab of an asset check, once `settled` (the counts fill in as the
-    UI's queries answer: a partition shows as Missing until its verdict has loaded), or the last seen. The page
-    is loaded afresh up to `loads` times: on a loaded machine the first answer can be an incomplete one."""
-    for _ in range(loads):
+    UI's queries answer: a partition shows as Missing until its verdict has loaded). The page is loaded afresh
+    when its counts stopped changing unsettled, up to `loads` times: on a loaded machine the first answer can be
+    an incomplete one; after the last, the wait fails naming the counts it saw."""
+    for load in range(loads):
         page.open(f"/assets/{asset}?view=checks")
         _text(page, "Latest execution")
         page.get_by_text(check, exact=True).filter(visible=True).first.click()
         page.overview = _text(page, "This is a ")  # "This is a blocking / non-blocking asset check."
         page.get_by_role("tab", name="Partitions").last.click()
         _text(page, "Select a partition")
-        counts = _settled_counts(page, "Execution Failed|Failed|In Progress|Missing|Skipped|Passed", settled, timeout)
-        if settled(counts):
-            break
-    return counts
+        try:
+            return _settled_counts(page, "Execution Failed|Failed|In Progress|Missing|Skipped|Passed", settled,
+                                   f"the verdicts of {check} on {asset} (load {load + 1} of {loads})")
+        except Stalled:
+            if load == loads - 1:
+                raise
 
 
 def _check_partition(page, dataset: str) -> str:
@@ -205,26 +214,34 @@ def _check_partition(page, dataset: str) -> str:
     return _text(page, "View all historical executions").split("Select a partition", 1)[-1]
 
 
-def _partition_counts(page, asset: str, settled, timeout: float = 30, loads: int = 4) -> dict[str, int]:
+def _partition_counts(page, asset: str, settled, loads: int = 4) -> dict[str, int]:
     """The partition counts of an asset's Partitions tab, once `settled` (they fill in as queries answer; the
-    page is loaded afresh up to `loads` times)."""
-    for _ in range(loads):
+    page is loaded afresh when they stopped changing unsettled, up to `loads` times, then the wait fails)."""
+    for load in range(loads):
         page.open(f"/assets/{asset}?view=partitions")
         _text(page, "Materialized (")
-        counts = _settled_counts(page, "Failed|Materialized|Materializing|Missing", settled, timeout)
-        if settled(counts):
-            break
-    return counts
+        try:
+            return _settled_counts(page, "Failed|Materialized|Materializing|Missing", settled,
+                                   f"the partition counts of {asset} (load {load + 1} of {loads})")
+        except Stalled:
+            if load == loads - 1:
+                raise
 
 
-def _settled_counts(page, states: str, settled, timeout: float) -> dict[str, int]:
-    """`{state: n}` from the page's "State (n)" labels, polled until `settled(counts)` (or the last seen)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        counts = {state: int(n) for state, n in re.findall(rf"({states}) \((\d+)\)", page.inner_text("body"))}
-        if settled(counts) or time.monotonic() > deadline:
-            return counts
-        time.sleep(0.5)
+COUNTS_PATIENCE = 30  # seconds (stretched by the load) that a page's counts may stay unsettled and unchanged
+
+
+def _settled_counts(page, states: str, settled, what: str) -> dict[str, int]:
+    """`{state: n}` from the page's "State (n)" labels, polled until `settled(counts)`, for as long as they keep
+    changing (they fill in as the UI's queries answer); Stalled, naming the counts seen, once they stopped."""
+    seen: list[dict[str, int]] = [{}]
+
+    def counts():
+        seen[0] = {state: int(n) for state, n in re.findall(rf"({states}) \((\d+)\)", page.inner_text("body"))}
+        return (seen[0],) if settled(seen[0]) else None
+
+    return wait_while_progressing(counts, what, lambda: seen[0], COUNTS_PATIENCE,
+                                  describe=lambda: f"counts {seen[0]} at {page.url}", poll=0.5)[0]
 
 
 def test_the_coverage_check_names_sex_on_brset_and_its_numbers_flow(page):
@@ -285,7 +302,8 @@ def test_the_lineage_graph_draws_every_asset_of_the_code_location(page, home):
     _text(page, "Global asset lineage")
     _expand_all_groups(page)
     # Every asset named, and (for the screenshot) every node's status loaded.
-    texts = _node_texts(page, lambda texts: not _missing(expected, texts) and not any("Loading" in t for t in texts))
+    texts = _node_texts(page, lambda texts: not _missing(expected, texts) and not any("Loading" in t for t in texts),
+                        expected)
     shot = home[0] / "lineage.png"
     page.screenshot(path=str(shot))
     assert shot.stat().st_size > 0 and shot.read_bytes()[:4] == b"\x89PNG", shot
@@ -345,7 +363,7 @@ def _asset_names(home) -> list[str]:
 def _expand_all_groups(page) -> None:
     """Every group of the lineage opened, by the graph's own control ("Expand all groups" in its settings menu):
     the UI opens the lineage with each group collapsed to a box with its name."""
-    page.locator("svg foreignObject.group").first.wait_for(timeout=60_000)  # laid out
+    page.locator("svg foreignObject.group").first.wait_for(timeout=60_000 * load_factor())  # laid out
     # The graph's settings button: an icon only (the navigation's has the word "Settings").
     page.get_by_role("button").filter(has=page.get_by_role("img", name="settings", exact=True)).filter(
         has_not_text="Settings").click()
@@ -355,19 +373,27 @@ def _expand_all_groups(page) -> None:
     page.keyboard.press("Escape")
 
 
-def _node_texts(page, settled, timeout: float = 60) -> list[str]:
+def _node_texts(page, settled, expected: list[str]) -> list[str]:
     """The text of every asset node the graph draws, polled until `settled(texts)` and the view has stopped
-    moving (the layout is computed apart, then the graph zooms to it in an animation), or the last seen. Group
-    boxes and outlines are not asset nodes."""
+    moving (the layout is computed apart, then the graph zooms to it in an animation), for as long as the nodes
+    or the view keep changing; Stalled, naming the assets still without a node, once they stopped unsettled.
+    Group boxes and outlines are not asset nodes."""
     graph = page.locator("svg").filter(has=page.locator("foreignObject")).first
-    deadline, last = time.monotonic() + timeout, None
-    while True:
+    state = {"seen": None, "last": None}
+
+    def done():
         texts = page.locator("svg foreignObject:not(.group) > div").all_inner_texts()
-        seen = (texts, graph.evaluate("svg => svg.parentElement.style.transform"))  # the viewport's pan and zoom
-        if (settled(texts) and seen == last) or time.monotonic() > deadline:
-            return texts
-        last = seen
-        time.sleep(0.5)
+        state["last"], state["seen"] = state["seen"], (
+            texts, graph.evaluate("svg => svg.parentElement.style.transform"))  # the viewport's pan and zoom
+        return (texts,) if settled(texts) and state["seen"] == state["last"] else None
+
+    def describe() -> str:
+        texts = state["seen"][0] if state["seen"] else []
+        return (f"assets without a node: {_missing(expected, texts)}; nodes still loading: "
+                f"{[t.split(chr(10))[0] for t in texts if 'Loading' in t]}")
+
+    return wait_while_progressing(done, "the lineage graph to draw every asset", lambda: state["seen"],
+                                  describe=describe, poll=0.5)[0]
 
 
 def _missing(names, texts) -> list[str]:
@@ -395,9 +421,11 @@ def test_the_arena_report_figures_show_on_its_asset_page(page):
 
 
 def _shown(page, locator, what: str, timeout: float = 60_000):
-    """`locator`, once visible; if it does not show, an assertion naming `what` with what the page showed."""
+    """`locator`, once visible; if it does not show within `timeout` ms (stretched by the machine's load), an
+    assertion naming `what` with what the page showed."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+    timeout *= load_factor()
     try:
         locator.wait_for(timeout=timeout)
     except PlaywrightTimeout:
@@ -437,20 +465,19 @@ def _instance(home):
         instance.dispose()
 
 
-def _wait_for_run(home, prefix: str, timeout: float = 420):
-    """The run of the UI's instance whose id starts with `prefix` (as the UI shows it), once finished; on a
-    timeout, what the instance and the UI's log say about it."""
+def _wait_for_run(home, prefix: str):
+    """The run of the UI's instance whose id starts with `prefix` (as the UI shows it), once finished, waited for
+    as long as the instance (events, runs, statuses) or the UI's log advance; once stalled, what the instance and
+    the UI's log say about it."""
+    log = home[0] / "ui.log"
     with _instance(home) as instance:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def finished():
             runs = [r for r in instance.get_runs(limit=50) if r.run_id.startswith(prefix)]
-            if runs and runs[0].is_finished:
-                return runs[0]
-            time.sleep(1)
-        state = _instance_state(instance)
-    log = (home[0] / "ui.log").read_text(errors="replace")[-4000:]
-    raise AssertionError(f"the run {prefix} launched from the UI did not finish within {timeout}s\n{state}\n"
-                         f"ui.log (end):\n{log}")
+            return runs[0] if runs and runs[0].is_finished else None
+
+        return wait_while_progressing(finished, f"the run {prefix} launched from the UI to finish",
+                                      lambda: (instance_progress(instance), file_size(log)),
+                                      describe=lambda: f"{_instance_state(instance)}\nui.log (end):\n{last_lines(log)}")
 
 
 def _instance_state(instance) -> str:
@@ -500,15 +527,22 @@ def test_a_backfill_of_both_datasets_from_the_ui_runs_as_one_run(page, home):
             assert metadata["dagster/table_name"].value == f"records.{dataset}", dataset
 
 
-def _wait_for_backfill(home, known: set[str], timeout: float = 240):
-    """The backfill launched from the UI (not among `known`), once the daemon has finished it."""
+def _wait_for_backfill(home, known: set[str]):
+    """The backfill launched from the UI (not among `known`), once the daemon has finished it, waited for as long
+    as the instance (backfills, events, runs, statuses) or the UI's log advance."""
     from dagster._core.execution.backfill import BulkActionStatus
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with _instance(home) as instance:
-            new = [b for b in instance.get_backfills() if b.backfill_id not in known]
-        if new and new[0].status not in (BulkActionStatus.REQUESTED, BulkActionStatus.CANCELING):
-            return new[0]
-        time.sleep(2)
-    raise AssertionError(f"no backfill finished within {timeout}s (new: {new})")
+    log, state = home[0] / "ui.log", {"new": [], "progress": None}
+
+    def finished():
+        with _instance(home) as instance:  # opened afresh at each look, as the UI's daemon writes the backfill
+            state["new"] = [b for b in instance.get_backfills() if b.backfill_id not in known]
+            state["progress"] = ([(b.backfill_id, b.status.value) for b in state["new"]], instance_progress(instance))
+            state["runs"] = _instance_state(instance)
+        new = state["new"]
+        return new[0] if new and new[0].status not in (BulkActionStatus.REQUESTED, BulkActionStatus.CANCELING) else None
+
+    return wait_while_progressing(finished, "the backfill launched from the UI to finish",
+                                  lambda: (state["progress"], file_size(log)), poll=2,
+                                  describe=lambda: f"new: {state['new']}\n{state.get('runs', '')}\n"
+                                                   f"ui.log (end):\n{last_lines(log)}")

@@ -122,3 +122,39 @@ def run_while_progressing(command: list[str], what: str, log: Path, progress: It
     output growing or any of `progress` changing. A run that stops advancing is killed with its process group."""
     with started(command, log, **popen) as process:
         return wait_for_exit({what: (process, log)}, what, progress, patience)[what]
+
+
+def cpu_seconds(process: subprocess.Popen) -> int:
+    """Whole seconds of CPU that `process` and every process below it have used so far (0 once it is gone): a
+    process that computes advances even while it prints nothing, one that waits on a lock or a socket does not."""
+    import psutil
+
+    try:
+        root = psutil.Process(process.pid)
+        family = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0.0
+    for member in family:
+        try:
+            times = member.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return int(total)
+
+
+def run_apart(command: list[str], what: str, out: Path, err: Path, progress: Iterable[Callable] = (),
+              patience: float | None = None, **popen) -> SimpleNamespace:
+    """`command` run to its end like run_while_progressing, with its stdout in `out` and its stderr in `err` kept
+    apart: returncode, stdout, stderr. Progress is either file growing, the process's CPU time, or `progress`."""
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        process = subprocess.Popen(command, stdout=stdout, stderr=stderr, start_new_session=True, **popen)
+        try:
+            ended = wait_for_exit({"stdout": (process, out), "stderr": (process, err)}, what,
+                                  [lambda: cpu_seconds(process), *progress], patience)
+        finally:
+            if process.poll() is None:
+                _kill_group(process)
+    return SimpleNamespace(returncode=process.returncode, stdout=ended["stdout"].output,
+                           stderr=ended["stderr"].output)

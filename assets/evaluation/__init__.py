@@ -12,6 +12,7 @@ from assets.evaluation.predictions import predictions_asset
 from assets.evaluation.probes import probe_asset
 from assets.evaluation.shared import EVALUATION_GROUP, VALUE_COLUMNS, MetricsConfig
 from assets.partitions import ENCODERS, Registered
+from resources import layout
 
 PROBES_JOB = "focus_linear_probes"
 ENCODER_JOB = "focus_encoder_outputs"
@@ -30,11 +31,11 @@ def definitions(registered: Registered) -> dg.Definitions:
     if with_encoders:
         encoders = registered.model_partitions(ENCODERS)
         assets.append(probe_asset(encoders))
-        jobs.append(dg.define_asset_job(PROBES_JOB, selection=dg.AssetSelection.assets("probe_predictions"),
+        jobs.append(dg.define_asset_job(PROBES_JOB, selection=dg.AssetSelection.assets(layout.PROBE_PREDICTIONS),
                                         partitions_def=encoders,
                                         description="Linear probes of every selected encoder (model x dataset)."))
         jobs.append(dg.define_asset_job(
-            ENCODER_JOB, selection=dg.AssetSelection.assets("image_embeddings", "probe_predictions"),
+            ENCODER_JOB, selection=dg.AssetSelection.assets(layout.IMAGE_EMBEDDINGS, layout.PROBE_PREDICTIONS),
             partitions_def=encoders,
             description="Embeddings and linear probes of one encoder on one dataset, in one run.",
         ))
@@ -43,14 +44,15 @@ def definitions(registered: Registered) -> dg.Definitions:
                axis_asset(registered.datasets, "fairness", FAIRNESS_WHAT),
                axis_asset(registered.datasets, "quality", QUALITY_WHAT)]
     jobs.append(dg.define_asset_job(
-        EVALUATION_JOB, selection=dg.AssetSelection.assets("predictions", "metrics", "group_attributes",
-                                                           "fairness_metrics", "quality_metrics"),
+        EVALUATION_JOB, selection=dg.AssetSelection.assets(layout.PREDICTIONS, layout.METRICS_ASSET,
+                                                           layout.GROUP_ATTRIBUTES, layout.FAIRNESS_METRICS,
+                                                           layout.QUALITY_METRICS),
         partitions_def=registered.datasets,
         description="The per-sample predictions table and the metric tables of one dataset (performance and "
         "calibration; fairness and quality once the group attributes pass their blocking check, the rows of an "
         "attribute below its coverage floor kept without a value).",
     ))
-    summary = ["cross_dataset_metrics", "leaderboard"] if with_encoders else ["leaderboard"]
+    summary = [layout.CROSS_DATASET_METRICS, layout.LEADERBOARD] if with_encoders else [layout.LEADERBOARD]
     if with_encoders:
         assets.append(cross_dataset_asset(registered.specs, registered.models(ENCODERS), registered.dataset_keys))
     assets.append(leaderboard_asset(with_encoders, pipeline_checks(registered.specs)))

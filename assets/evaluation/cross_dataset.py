@@ -22,7 +22,7 @@ CROSS_DESCRIPTION = (
 
 def cross_dataset_asset(specs: dict, encoders: list[str], registered: list[str]):
     @dg.asset(
-        deps=["probe_predictions", "image_embeddings", "harmonised_labels"],
+        deps=[layout.PROBE_PREDICTIONS, layout.IMAGE_EMBEDDINGS, layout.HARMONISED_LABELS],
         group_name=EVALUATION_GROUP,
         kinds={"scikitlearn", "parquet"},
         automation_condition=GATED_EAGER,
@@ -71,7 +71,7 @@ def _trained_probes(storage: FocusStorage, model: str, source: str) -> Trained:
 
     path = storage.artifact_path(layout.PROBES.file(model, source))
     if not path.exists():
-        return Trained(reason=not_materialised("probe_predictions", model, source))
+        return Trained(reason=not_materialised(layout.PROBE_PREDICTIONS, model, source))
     probes, stamp = load_stamped_probes(path)
     if stamp is None:
         return Trained(reason=f"probe_predictions {model}/{source} was written without lineage (by an earlier "

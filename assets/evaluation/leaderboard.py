@@ -24,7 +24,7 @@ def pipeline_checks(specs: dict) -> frozenset[str]:
 
 
 def leaderboard_asset(with_cross: bool, checks: frozenset[str]):
-    deps = ["metrics"] + (["cross_dataset_metrics"] if with_cross else [])
+    deps = [layout.METRICS_ASSET] + ([layout.CROSS_DATASET_METRICS] if with_cross else [])
 
     @dg.asset(
         deps=deps,

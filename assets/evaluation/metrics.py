@@ -41,7 +41,7 @@ QUALITY_WHAT = "the same group metrics on adequate vs inadequate images and thei
 def metrics_asset(datasets: dg.StaticPartitionsDefinition, checks: frozenset[str]):
     @dg.asset(
         partitions_def=datasets,
-        deps=["predictions", "harmonised_labels"],
+        deps=[layout.PREDICTIONS, layout.HARMONISED_LABELS],
         group_name=EVALUATION_GROUP,
         kinds={"parquet"},
         automation_condition=GATED_EAGER,
@@ -61,16 +61,17 @@ def _dataset_metrics(context, dataset: str, config: MetricsConfig, storage: Focu
 
     labels, labels_stamp = storage.read_stamped_labels(dataset)
     (samples, unavailable), predictions_stamp = storage.read_stamped(
-        [(layout.SAMPLES, dataset), (layout.UNAVAILABLE, dataset)], "predictions", dataset)
+        [(layout.SAMPLES, dataset), (layout.UNAVAILABLE, dataset)], layout.PREDICTIONS, dataset)
     _refuse(mixed_labels(predictions_stamp, labels_stamp, dataset))
     rows = metric_rows(samples, labels[["image_id"]], {}, Settings(config.n_resamples, config.seed),
                        axes=("performance", "calibration"), say=context.log.info, what=f"metrics {dataset}")
     table = with_unavailable(with_lineage(rows, samples, context.run_id), unavailable, context.run_id)
     table = table.assign(partition=dataset)
-    stamp = lineage.stamp("metrics", dataset, context.run_id, lineage.frame_version(table, VALUE_COLUMNS),
+    stamp = lineage.stamp(layout.METRICS_ASSET, dataset, context.run_id, lineage.frame_version(table, VALUE_COLUMNS),
                           code_version=code_version(), inputs={"predictions": predictions_stamp})
     storage.replace_partition(layout.METRICS, dataset, table, stamp=stamp)
-    return Materialised({"metrics": metrics_metadata(table, len(unavailable), checks)}, stamps={"metrics": stamp})
+    return Materialised({layout.METRICS_ASSET: metrics_metadata(table, len(unavailable), checks)},
+                        stamps={layout.METRICS_ASSET: stamp})
 
 
 def _refuse(reason: str | None) -> None:
@@ -95,9 +96,9 @@ def metrics_metadata(table: pd.DataFrame, unavailable: int, checks: frozenset[st
 
 def axis_asset(datasets: dg.StaticPartitionsDefinition, axis: str, what: str):
     @dg.asset(
-        name=f"{axis}_metrics",
+        name=layout.AXIS_ASSETS[axis],
         partitions_def=datasets,
-        deps=["predictions", "group_attributes"],
+        deps=[layout.PREDICTIONS, layout.GROUP_ATTRIBUTES],
         group_name=EVALUATION_GROUP,
         kinds={"parquet"},
         automation_condition=GATED_EAGER,
@@ -114,8 +115,8 @@ def _axis_metrics(context, dataset: str, axis: str, config: MetricsConfig, stora
     """One dataset's metric rows on one axis (fairness or quality), written as its own metrics partition."""
     from focus_dagster.evaluation.tables import Settings, metric_rows
 
-    (samples,), predictions_stamp = storage.read_stamped([(layout.SAMPLES, dataset)], "predictions", dataset)
-    (attributes,), attributes_stamp = storage.read_stamped([(layout.ATTRIBUTES, dataset)], "group_attributes",
+    (samples,), predictions_stamp = storage.read_stamped([(layout.SAMPLES, dataset)], layout.PREDICTIONS, dataset)
+    (attributes,), attributes_stamp = storage.read_stamped([(layout.ATTRIBUTES, dataset)], layout.GROUP_ATTRIBUTES,
                                                            dataset)
     _refuse(attributes_refusal(dataset, predictions_stamp, attributes_stamp))
     usable, withheld = recorded_attributes(attributes_stamp)
@@ -127,14 +128,14 @@ def _axis_metrics(context, dataset: str, axis: str, config: MetricsConfig, stora
                        say=context.log.info, what=f"{axis} metrics {dataset}", withheld=withheld)
     partition = layout.axis_partition(dataset, axis)
     table = with_lineage(rows, samples, context.run_id).assign(partition=partition)
-    stamp = lineage.stamp(f"{axis}_metrics", dataset, context.run_id,
+    stamp = lineage.stamp(layout.AXIS_ASSETS[axis], dataset, context.run_id,
                           lineage.frame_version(table, VALUE_COLUMNS),
                           code_version=code_version(),
                           inputs={"predictions": predictions_stamp, "attributes": attributes_stamp})
     storage.replace_partition(layout.METRICS, partition, table, stamp=stamp)
     defined = table["value"].notna()
-    return Materialised({f"{axis}_metrics": {
+    return Materialised({layout.AXIS_ASSETS[axis]: {
         "dagster/row_count": len(table), "defined_rows": int(defined.sum()),
         "attributes": dg.MetadataValue.json({a: "grouped" if usable.get(a) else withheld.get(a) or reasons.get(
             a, "no value") for a in ATTRIBUTES}),
-    }}, stamps={f"{axis}_metrics": stamp})
+    }}, stamps={layout.AXIS_ASSETS[axis]: stamp})

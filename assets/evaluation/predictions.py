@@ -39,16 +39,16 @@ PREDICTIONS_DESCRIPTION = (
 
 
 def predictions_asset(datasets: dg.StaticPartitionsDefinition, specs: dict, scored: list):
-    deps = [dg.AssetDep("harmonised_labels")]
+    deps = [dg.AssetDep(layout.HARMONISED_LABELS)]
     interfaces = {s.interface for s in specs.values()}
     if interfaces & set(ENCODERS):
-        deps.append(dg.AssetDep("probe_predictions", partition_mapping=BY_DATASET))
+        deps.append(dg.AssetDep(layout.PROBE_PREDICTIONS, partition_mapping=BY_DATASET))
     if interfaces & set(DUAL_ENCODERS):
-        deps.append(dg.AssetDep("zero_shot_scores", partition_mapping=BY_DATASET))
+        deps.append(dg.AssetDep(layout.ZERO_SHOT_SCORES, partition_mapping=BY_DATASET))
     if interfaces & set(MLLMS):
-        deps.append(dg.AssetDep("token_probabilities", partition_mapping=BY_DATASET))
+        deps.append(dg.AssetDep(layout.TOKEN_PROBABILITIES_ASSET, partition_mapping=BY_DATASET))
     if scored:  # adapted scores `adapter@dataset` feed the dataset's table
-        deps.append(dg.AssetDep("adapted_token_probabilities", partition_mapping=fan_out((e.key, e.dataset)
+        deps.append(dg.AssetDep(layout.ADAPTED_TOKEN_PROBABILITIES_ASSET, partition_mapping=fan_out((e.key, e.dataset)
                                                                                           for e in scored)))
 
     @dg.asset(
@@ -78,8 +78,8 @@ def _assemble_predictions(context, dataset: str, storage: FocusStorage, specs: d
                               _outputs(storage, dataset, labels, labels_stamp, specs, adapted))
     tables = [(layout.SAMPLES, dataset, table.frame), (layout.UNAVAILABLE, dataset, table.unavailable)]
     storage.replace_partitions(tables, stamp=table.stamp, stamps=table.stamps)
-    return Materialised({"predictions": _predictions_metadata(table, len(expected), labels_stamp)},
-                        stamps={"predictions": table.stamp})
+    return Materialised({layout.PREDICTIONS: _predictions_metadata(table, len(expected), labels_stamp)},
+                        stamps={layout.PREDICTIONS: table.stamp})
 
 
 def _predictions_metadata(table: PredictionsTable, expected: int, labels_stamp: dict | None) -> dict:
@@ -112,7 +112,7 @@ def _outputs(storage: FocusStorage, dataset: str, labels, labels_stamp, specs: d
 
 
 def _probe_source(storage, model, dataset, labels, labels_stamp) -> ModelOutput:
-    scores, stamp, reason = _stamped_output(storage, "probe_predictions", layout.PROBE_SCORES, model, dataset,
+    scores, stamp, reason = _stamped_output(storage, layout.PROBE_PREDICTIONS, layout.PROBE_SCORES, model, dataset,
                                             labels_stamp)
     if reason:
         return ModelOutput(stamp, reason=reason)
@@ -131,10 +131,10 @@ def _stamped_output(storage, asset: str, files, model: str, dataset: str, labels
 
 def _zero_shot_source(storage, model, dataset, labels, labels_stamp) -> ModelOutput:
     key = layout.model_dataset_row_key(model, dataset)
-    (scores,), stamp = storage.read_stamped([(layout.ZERO_SHOT, key)], "zero_shot_scores", key)
+    (scores,), stamp = storage.read_stamped([(layout.ZERO_SHOT, key)], layout.ZERO_SHOT_SCORES, key)
     if stamp is None and scores.empty:
-        return ModelOutput(reason=not_materialised("zero_shot_scores", model, dataset))
-    reason = unusable_output(stamp, labels_stamp, "zero_shot_scores", model, dataset)
+        return ModelOutput(reason=not_materialised(layout.ZERO_SHOT_SCORES, model, dataset))
+    reason = unusable_output(stamp, labels_stamp, layout.ZERO_SHOT_SCORES, model, dataset)
     if reason:
         return ModelOutput(stamp, reason=reason)
     frame = train_youden(with_labels(scores[["image_id", "task", "score"]], labels,
@@ -143,8 +143,8 @@ def _zero_shot_source(storage, model, dataset, labels, labels_stamp) -> ModelOut
 
 
 def _yes_no_source(storage, model, dataset, labels, labels_stamp) -> ModelOutput:
-    scores, stamp, reason = _stamped_output(storage, "token_probabilities", layout.TOKEN_PROBABILITIES, model,
-                                            dataset, labels_stamp)
+    scores, stamp, reason = _stamped_output(storage, layout.TOKEN_PROBABILITIES_ASSET, layout.TOKEN_PROBABILITIES,
+                                            model, dataset, labels_stamp)
     if reason:
         return ModelOutput(stamp, reason=reason)
     frame = train_youden(with_labels(_yes_no_scores(scores), labels, f"token_probabilities {model}/{dataset}"))
@@ -157,8 +157,8 @@ def _adapted_source(storage, adapter, dataset, labels, labels_stamp) -> ModelOut
     skipped = storage.adapter_skipped_reason(adapter.key)
     if skipped:
         return ModelOutput(reason=f"no LoRA adapter {adapter.key}: {skipped}")
-    scores, stamp, reason = _stamped_output(storage, "adapted_token_probabilities", layout.ADAPTED_TOKEN_PROBABILITIES,
-                                            adapter.key, dataset, labels_stamp)
+    scores, stamp, reason = _stamped_output(storage, layout.ADAPTED_TOKEN_PROBABILITIES_ASSET,
+                                            layout.ADAPTED_TOKEN_PROBABILITIES, adapter.key, dataset, labels_stamp)
     if reason:
         return ModelOutput(stamp, reason=reason)
     frame = train_youden(with_labels(_yes_no_scores(scores), labels,

@@ -22,7 +22,7 @@ PROBES_DESCRIPTION = (
 def probe_asset(partitions: dg.MultiPartitionsDefinition):
     @dg.asset(
         partitions_def=partitions,
-        deps=[dg.AssetDep("image_embeddings", partition_mapping=SAME_MODEL_AND_DATASET)],
+        deps=[dg.AssetDep(layout.IMAGE_EMBEDDINGS, partition_mapping=SAME_MODEL_AND_DATASET)],
         group_name=EVALUATION_GROUP,
         kinds={"scikitlearn", "parquet"},
         automation_condition=GATED_EAGER,
@@ -36,7 +36,7 @@ def probe_asset(partitions: dg.MultiPartitionsDefinition):
         embeddings, embeddings_stamp = storage.read_stamped_parquet(layout.EMBEDDINGS.file(model, dataset))
         run = in_domain_probes(dataset, embeddings, labels)
         # The probes, their scores and the tasks skipped carry one stamp: the embeddings and labels they were fit on.
-        stamp = lineage.stamp("probe_predictions", layout.model_dataset_row_key(model, dataset), context.run_id,
+        stamp = lineage.stamp(layout.PROBE_PREDICTIONS, layout.model_dataset_row_key(model, dataset), context.run_id,
                               lineage.frame_version(run.predictions), code_version=code_version(),
                               inputs={"embeddings": embeddings_stamp, "labels": labels_stamp}, skipped=run.skipped)
         storage.write_artifact(layout.PROBES.file(model, dataset),

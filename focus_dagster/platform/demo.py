@@ -169,8 +169,8 @@ def _committed_metric_rows(storage, dataset: str, run_id: str) -> int:
     """The rows of `dataset` in metrics.values (performance and calibration, fairness, quality) that the run
     committed: each metric asset's partition counts when its current lineage names the run (an earlier run's rows
     are not this one's)."""
-    partitions = {"metrics": dataset, "fairness_metrics": layout.axis_partition(dataset, "fairness"),
-                  "quality_metrics": layout.axis_partition(dataset, "quality")}
+    partitions = {layout.METRICS_ASSET: dataset, layout.FAIRNESS_METRICS: layout.axis_partition(dataset, "fairness"),
+                  layout.QUALITY_METRICS: layout.axis_partition(dataset, "quality")}
     rows = 0
     for asset, partition in partitions.items():
         if (storage.current_stamp(asset, dataset) or {}).get("run_id") != run_id:
@@ -198,7 +198,7 @@ def _run_lora(defs, job_names: set, runner: Runner, specs: dict) -> list[str]:
     if not result.success:
         say(f"{'lora adapter':<17} {adapter:<28} FAILED: {_failure_message(result)}")
         return [f"lora_adapters/{adapter}"]
-    say(_adapter_line(adapter, _materialized(result)["lora_adapters"]))
+    say(_adapter_line(adapter, _materialized(result)[layout.LORA_ADAPTERS]))
     scoring = defs.resolve_job_def(ADAPTED_SCORES_JOB)
     targets = [Evaluation.parse(key) for key in scoring.partitions_def.get_partition_keys()]
     tally = _Tally("adapted scores", adapter, specs[key.model].is_pipeline_check)
@@ -250,7 +250,7 @@ def _run_lora_effects(defs, job_names: set, runner: Runner) -> list[str]:
 
     if LORA_EFFECTS_JOB not in job_names:
         return []
-    return _run_summary(defs, runner, LORA_EFFECTS_JOB, "lora_effects", "lora effects", lambda meta: (
+    return _run_summary(defs, runner, LORA_EFFECTS_JOB, layout.LORA_EFFECTS_ASSET, "lora effects", lambda meta: (
         f"{'adapted vs base, paired':<28} {meta['dagster/row_count']:>6} rows, {meta['comparisons']} comparisons "
         f"with deltas ({layout.LORA_EFFECTS}, {layout.LORA_SUMMARY})"))
 
@@ -259,7 +259,7 @@ def _run_report(defs, runner: Runner) -> list[str]:
     """The arena report from every table above; one line with where it is and what it holds."""
     from assets.report import REPORT_JOB
 
-    return _run_summary(defs, runner, REPORT_JOB, "arena_report", "arena report", lambda meta: (
+    return _run_summary(defs, runner, REPORT_JOB, layout.ARENA_REPORT_ASSET, "arena report", lambda meta: (
         f"{len(meta['figures'])} figures, {len(meta['tables'])} tables, {meta['metric_ids_cited']} metric ids cited: "
         f"{meta['path']}"))
 
@@ -325,11 +325,11 @@ def _print_leaderboard(defs) -> None:
 def _records_line(result, key: str) -> str:
     """One line per dataset: records and labels accounting, then the verdict of every check."""
     meta = _materialized(result)
-    if "dataset_records" not in meta:
+    if layout.DATASET_RECORDS not in meta:
         return f"{key:<11} FAILED: {_failure_message(result)}"
-    records = meta["dataset_records"]
+    records = meta[layout.DATASET_RECORDS]
     line = f"{key:<11} read {records['rows_read']:>5} = kept {records['rows_kept']:>5} + quarantined {records['rows_quarantined']:>3}"
-    labels = meta.get("harmonised_labels")
+    labels = meta.get(layout.HARMONISED_LABELS)
     line += f" | labelled {labels['rows_labelled']:>5} ({labels['split_method']} split)" if labels else " | labels not built"
     verdicts = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
     errors = [v.check_name for v in verdicts if not v.passed and v.severity.value == "ERROR"]

@@ -106,9 +106,9 @@ class _State:
 
     def current(self, asset: str, partition: str) -> dict | None:
         """The stamp of what `asset`/`partition` holds now (None when it has none)."""
-        if asset == "dataset_release":
+        if asset == layout.DATASET_RELEASE:
             return self._json(layout.release_file(partition))
-        if asset == "lora_adapters":  # an adapter's stamp is in its manifest
+        if asset == layout.LORA_ADAPTERS:  # an adapter's stamp is in its manifest
             return (self._json(f"{layout.ADAPTERS.adapter(partition)}/manifest.json") or {}).get("lineage")
         artifact = _artifact_of(asset, partition)
         if artifact is not None:
@@ -137,11 +137,11 @@ class _State:
 
 def _artifact_of(asset: str, partition: str) -> str | None:
     """The Parquet file whose stamp says what an artifact asset partition holds now."""
-    if asset == "yes_no_questions":
+    if asset == layout.YES_NO_QUESTIONS:
         return layout.questions_file(partition)
-    files = {"image_embeddings": layout.EMBEDDINGS, "probe_predictions": layout.PROBE_SCORES,
-             "token_probabilities": layout.TOKEN_PROBABILITIES,
-             "adapted_token_probabilities": layout.ADAPTED_TOKEN_PROBABILITIES}.get(asset)
+    files = {layout.IMAGE_EMBEDDINGS: layout.EMBEDDINGS, layout.PROBE_PREDICTIONS: layout.PROBE_SCORES,
+             layout.TOKEN_PROBABILITIES_ASSET: layout.TOKEN_PROBABILITIES,
+             layout.ADAPTED_TOKEN_PROBABILITIES_ASSET: layout.ADAPTED_TOKEN_PROBABILITIES}.get(asset)
     return files.file(*partition.split("|", 1)) if files else None
 
 
@@ -212,12 +212,12 @@ class _Walk:
     def _compare(self, link: dict, read: dict, now: dict | None) -> None:
         """Note in `link` what changed in an input since it was read (`read`: the stamp recorded, `now`: current)."""
         name = f"{read['asset']}[{read['partition']}]"
-        if now is None and read["asset"] == "dataset_release":
+        if now is None and read["asset"] == layout.DATASET_RELEASE:
             return  # never observed (records materialised by hand): nothing newer is known
         if now is None:
             link["changed"].append(f"{name} holds nothing now (deleted, or its last write failed)")
         elif now.get("version") != read.get("version"):
-            verb = "observed" if read["asset"] == "dataset_release" else "rewritten"
+            verb = "observed" if read["asset"] == layout.DATASET_RELEASE else "rewritten"
             link["changed"].append(f"{name} was {verb} with other content since: version {now.get('version')} "
                                    f"(run {now.get('run_id')}); this read version {read.get('version')}")
 
@@ -262,17 +262,18 @@ def _metric_asset(partition: str) -> str:
     """The asset that wrote a metric row, from its `partition` (dataset, `<dataset>|<axis>`, cross, or the LoRA
     effects)."""
     if partition == layout.CROSS_PARTITION:
-        return "cross_dataset_metrics"
+        return layout.CROSS_DATASET_METRICS
     if partition in (LORA_EFFECTS_PARTITION, COMPARISONS_PARTITION):
         return partition
-    return f"{partition.split('|', 1)[1]}_metrics" if "|" in partition else "metrics"
+    return layout.AXIS_ASSETS[partition.split('|', 1)[1]] if "|" in partition else layout.METRICS_ASSET
 
 
 def _kind(asset: str) -> str:
-    return {"predictions": "predictions", "cross_dataset_metrics": "predictions", "harmonised_labels": "labels",
-            "dataset_records": "records", "dataset_release": "dataset release",
-            "yes_no_questions": "questions", "lora_adapters": "adapter",
-            "group_attributes": "group attributes"}.get(asset, "model output")
+    return {layout.PREDICTIONS: "predictions", layout.CROSS_DATASET_METRICS: "predictions",
+            layout.HARMONISED_LABELS: "labels", layout.DATASET_RECORDS: "records",
+            layout.DATASET_RELEASE: "dataset release",
+            layout.YES_NO_QUESTIONS: "questions", layout.LORA_ADAPTERS: "adapter",
+            layout.GROUP_ATTRIBUTES: "group attributes"}.get(asset, "model output")
 
 
 def _shown_facts(stamp: dict) -> dict:

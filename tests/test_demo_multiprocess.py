@@ -22,7 +22,7 @@ import pytest
 
 from focus_dagster.platform.instance import REPO_ROOT, prepare_dagster_home
 from tests.test_demo_signals import PROMPT, exits_within
-from tests.test_kill_recovery import holder_of, wait_for
+from tests.test_kill_recovery import holder_of, wait_advancing
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_a_signal_ends_the_step_process_at_work_with_its_run(setting):
                 return record.dagster_run.run_id, pid
         return None
 
-    run_id, pid = wait_for(embedding_step, "the embeddings step in a process of its own", 180)
+    run_id, pid = wait_advancing(embedding_step, "the embeddings step in a process of its own", instance, out)
     os.kill(process.pid, signal.SIGTERM)
     exits_within(process, PROMPT)
     text = out.read_text()

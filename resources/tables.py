@@ -88,7 +88,7 @@ class TableStore:
         self._put(owner, json.dumps(self._owner_content(owner, commit, files, stamp), default=str).encode())
         self._reached("pointer")
         for table, partition, _ in writes:
-            self._collect(table.qualified, partition)
+            self._collect(table.qualified, partition, self.path(files[_entry(table.qualified, partition)]))
         self._sweep_partials(f"{self.root}/lineage/stamps")
         self._reached("collect")
         return [table.qualified for table, _, _ in writes]
@@ -144,20 +144,15 @@ class TableStore:
         else:  # an object PUT is atomic: readers see the old object or the new one
             self.fs.pipe_file(path, data)
 
-    def _collect(self, table: str, partition: str | None) -> None:
-        """Remove superseded files of a partition: all but the one its owner names, the previous owner's, the
-        newest KEEP_FILES and those superseded less than SUPERSEDED_GRACE_S ago; and the partial files of writers
-        that died."""
-        pointer = self._pointer(table, partition) or {}
-        current = self._resolve(table, partition, pointer, {})
-        named = {current["file"]} if current else set()
-        if pointer.get("previous"):
-            named.add(self.path(pointer["previous"]))
+    def _collect(self, table: str, partition: str | None, current: str) -> None:
+        """Remove superseded files of a partition, once `current` (the file this commit wrote) is named by its owner
+        pointer: all but `current`, the newest KEEP_FILES and those superseded less than SUPERSEDED_GRACE_S ago (a
+        file a concurrent commit wrote is among those); and the partial files of writers that died."""
         folder = os.path.dirname(self._pointer_path(table, partition))
         versions = sorted(p for p in self._list(folder) if p.endswith(".parquet"))
         now = time.time_ns()
         for path, newer in zip(versions[:-KEEP_FILES], versions[1:]):
-            if path not in named and now - _written_ns(newer) > SUPERSEDED_GRACE_S * 1e9:
+            if path != current and now - _written_ns(newer) > SUPERSEDED_GRACE_S * 1e9:
                 self._remove(path)
         self._sweep_partials(folder)
 

@@ -9,14 +9,9 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.waiting import file_size
+from tests.waiting import folder_bytes
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def folder_bytes(folder: Path) -> int:
-    """The bytes of the files under `folder`; files that come and go meanwhile are passed over."""
-    return sum(file_size(Path(root) / name) for root, _, names in os.walk(folder) for name in names)
 
 
 def instance_progress(instance) -> tuple:

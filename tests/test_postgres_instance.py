@@ -31,7 +31,8 @@ from focus_dagster.platform.instance import REPO_ROOT
 from tests.conftest import require_postgres
 from tests.daemon import running_daemon
 from tests.postgres_server import running_postgres
-from tests.waiting import file_size, last_lines, run_while_progressing, started, wait_for_exit, wait_while_progressing
+from tests.waiting import (file_size, folder_bytes, last_lines, run_while_progressing, started, wait_for_exit,
+                           wait_while_progressing)
 
 PROFILE = REPO_ROOT / "deploy" / "postgres" / "dagster.yaml"
 BIN = Path(sys.executable).parent
@@ -87,12 +88,6 @@ def newest_event(server) -> int:
 def ticks_so_far(server) -> int:
     """How many ticks (of any instigator, in any state) the instance holds."""
     return sql(server, "SELECT count(*) FROM job_ticks")[0][0]
-
-
-def folder_bytes(folder: Path) -> int:
-    """The bytes under `folder` (tables, artifacts, look-alikes, logs): they grow as a run does its work. Files and
-    folders that come and go meanwhile are passed over."""
-    return sum(file_size(Path(root) / name) for root, _, names in os.walk(folder) for name in names)
 
 
 # --- the platform on it ----------------------------------------------------------------------------------------

@@ -47,6 +47,12 @@ def file_size(path: Path) -> int:
         return 0
 
 
+def folder_bytes(folder: Path) -> int:
+    """The bytes of the files under `folder` (tables, artifacts, logs grow as a run does its work); files that come
+    and go meanwhile are passed over."""
+    return sum(file_size(Path(root) / name) for root, _, names in os.walk(folder) for name in names)
+
+
 def last_lines(path: Path, lines: int = 40) -> str:
     """The end of a text file, for a failure message ('' while it does not exist)."""
     try:

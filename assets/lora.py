@@ -9,7 +9,7 @@ from assets.automation import GATED_EAGER, data_version
 from assets.gpu import gpu_asset
 from assets.mllm import YesNoOutput, YesNoRunConfig, score_yes_no
 from assets.models import MODEL_GROUP
-from assets.partitions import Registered, fan_out
+from assets.partitions import MLLMS, Registered, fan_out
 from checks.models import checkpoint_audit_result, checkpoint_not_loaded
 from focus_dagster import lineage
 from focus_dagster.adapter_plan import AdapterKey, Evaluation, TrainingSet, training_set
@@ -87,7 +87,7 @@ def _adapters_asset(partitions: dg.StaticPartitionsDefinition, by_training: dg.P
             yield from _no_adapter(context, storage, adapter, examples, settings, inputs)
             return
         device = pick_device()
-        mllm = models.load_mllm(adapter.model, device)  # a refused load fails the checkpoint audit (assets/gpu.py)
+        mllm = models.load(adapter.model, device, MLLMS)  # a refused load fails the checkpoint audit (assets/gpu.py)
         yield from _train(context, storage, adapter, examples, settings, inputs, mllm, device,
                           registered.questions.version)
         yield checkpoint_audit_result(mllm.report)
@@ -212,7 +212,7 @@ def _adapted_asset(partitions: dg.StaticPartitionsDefinition, scored: list[Evalu
         labels, labels_stamp = storage.read_stamped_labels(dataset)
         asked, questions_stamp = storage.read_stamped_parquet(layout.questions_file(dataset))
         device = pick_device()
-        mllm = load_adapted(models.load_mllm(adapter.model, device), folder)
+        mllm = load_adapted(models.load(adapter.model, device, MLLMS), folder)
         adapter_sha = manifest["adapter_model_sha256"]  # load_adapted checked the file against it
         metadata, stamp = score_yes_no(
             context, output, mllm, datasets, storage, registered.questions, labels, asked, [adapter.task], device,

@@ -161,7 +161,7 @@ def _token_probabilities_asset(partitions: dg.MultiPartitionsDefinition, registe
         asked, questions_stamp = storage.read_stamped_parquet(layout.questions_file(dataset))
         tasks = _checked_tasks(asked, dataset, book)
         device = pick_device()
-        mllm = models.load_mllm(model_id, device)  # a refused load fails the checkpoint audit (assets/gpu.py)
+        mllm = models.load(model_id, device, MLLMS)  # a refused load fails the checkpoint audit (assets/gpu.py)
         output = YesNoOutput(layout.TOKEN_PROBABILITIES_ASSET, layout.TOKEN_PROBABILITIES, model_id, dataset)
         metadata, stamp = score_yes_no(
             context, output, mllm, datasets, storage, book, labels, asked, tasks, device, config.answer_tokens,

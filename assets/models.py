@@ -86,7 +86,7 @@ def _embeddings_asset(partitions: dg.MultiPartitionsDefinition, registered: Regi
         model_id, dataset = model_and_dataset(context)
         labels, labels_stamp = storage.read_stamped_labels(dataset)
         device = pick_device()
-        encoder = models.load(model_id, device)  # a refused load fails the checkpoint audit (assets/gpu.py)
+        encoder = models.load(model_id, device, ENCODERS)  # a refused load fails the checkpoint audit (assets/gpu.py)
         forward = compile_encoder(encoder.embed, encoder.modules, encoder.spec.preprocess, device,
                                   mode=models.compile_mode, batch_size=default_batch_size(device), log=context.log.info)
         items = image_files(datasets, dataset, labels)
@@ -129,7 +129,7 @@ def _zero_shot_asset(partitions: dg.MultiPartitionsDefinition):
         model_id, dataset = model_and_dataset(context)
         labels, labels_stamp = storage.read_stamped_labels(dataset)
         embeddings, embeddings_stamp = storage.read_stamped_parquet(layout.EMBEDDINGS.file(model_id, dataset))
-        encoder = models.load(model_id, "cpu")
+        encoder = models.load(model_id, "cpu", ENCODERS)
         frame = zero_shot_frame(encoder, embeddings, defined_tasks(labels), dataset)
         key = layout.model_dataset_row_key(model_id, dataset)
         stamp = model_output_stamp(layout.ZERO_SHOT_SCORES, model_id, dataset, context.run_id, frame, encoder,

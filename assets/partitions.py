@@ -8,12 +8,13 @@ import dagster as dg
 
 from focus_dagster.config import FocusConfig, KubernetesSettings
 from focus_dagster.adapter_plan import LoraPlan, evaluations
+from focus_dagster.models.registry import ENCODER_INTERFACES, MLLM_INTERFACES
 from focus_dagster.questions import QuestionBook, question_book
 from resources import ModelHub, layout
 
-ENCODERS = ("vm", "vlm")  # interfaces with an image tower whose embeddings feed linear probes
+ENCODERS = ENCODER_INTERFACES  # interfaces with an image tower whose embeddings feed linear probes
 DUAL_ENCODERS = ("vlm",)
-MLLMS = ("mllm",)
+MLLMS = MLLM_INTERFACES
 
 # A model x dataset output reads the dataset-partitioned asset of its own dataset ...
 BY_DATASET = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name=layout.DATASET)

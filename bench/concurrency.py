@@ -2,7 +2,7 @@
 one after another, and rows lost; then a run SIGKILLed in the middle of its writes, the tables it leaves, and its
 rerun.
 
-A throwaway PostgreSQL cluster (tests/postgres_server.py) holds the instance (FOCUS_INSTANCE=postgres); eight small
+A throwaway PostgreSQL cluster (tests/support/postgres_server.py) holds the instance (FOCUS_INSTANCE=postgres); eight small
 look-alikes are registered. Each run is what a user launches from a terminal: `dagster asset materialize` of the
 data layer (records, labels, rejects; their checks) for one dataset partition, a process of its own. For N = 2, 4
 and 8, the first N datasets are materialised one run after another, then all N at once; the tables of the two
@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.figures import save  # noqa: E402
-from tests.conftest import require_postgres  # noqa: E402
-from tests.postgres_server import running_postgres  # noqa: E402
+from tests.support.environment import require_postgres  # noqa: E402
+from tests.support.postgres_server import running_postgres  # noqa: E402
 
 DATASETS = ("brset", "mbrset", "papila", "rfmid", "rfmid_2", "idrid", "messidor_2", "refuge")
 SELECT = "dataset_records,harmonised_labels,label_rejects"

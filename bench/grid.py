@@ -6,7 +6,7 @@ Usage: .venv/bin/python bench/grid.py [--budget-s 420] [--only ARCH ...] [--json
 
 The checkpoints cannot be downloaded here, and compute does not depend on weight values: each model is built with
 random weights from its published configuration (the config.json values below, each naming its source), directly
-on the GPU in the platform's dtype, and loaded through the platform's own loader (`load_encoder` / `load_mllm`),
+on the GPU in the platform's dtype, and loaded through the platform's own loader (`load_model`),
 where only the function that reads weights from disk builds the architecture instead (`random_weights`). Then:
 
   encoders  the engine's per-batch step (`_run_batch`: uint8 pixels on the device, normalised there, bf16
@@ -393,14 +393,13 @@ def llava_next_processor(tokenizer, values: dict):
 
 def load_arch(arch: Arch, smoke: bool, device: str, folder: Path):
     """The architecture as the platform loads it (LoadedEncoder or LoadedMLLM), random weights, on `device`."""
-    from focus_dagster.models.loaders.mllm import load_mllm
-    from focus_dagster.models.registry import load_encoder
+    from focus_dagster.models.registry import load_model
 
     spec = arch_spec(arch, smoke)
     if arch.hub:
         spec = spec.with_path(hub_folder(arch, smoke, folder))
     with random_weights(device):
-        loaded = load_mllm(spec) if arch.is_mllm else load_encoder(spec)
+        loaded = load_model(spec)
     return loaded.to(device)
 
 

@@ -101,7 +101,7 @@ def main(argv=None) -> dict:
     from focus_dagster.lora.settings import LoraSettings
     from focus_dagster.lora.train import Example, load_adapted, train_adapter, write_adapter
     from focus_dagster.models.catalog import CATALOG
-    from focus_dagster.models.loaders.mllm import load_mllm
+    from focus_dagster.models.registry import load_model
     from focus_dagster.models.tiny_mllm import build_tiny_mllm
     from focus_dagster.questions import QuestionBook
 
@@ -115,7 +115,7 @@ def main(argv=None) -> dict:
         spec = replace(CATALOG["tiny_llava"], id=f"tiny_{args.family}", family="hf_mllm", path=str(folder))
 
         def fresh():
-            return load_mllm(spec).to("cpu")
+            return load_model(spec).to("cpu")
 
         examples = [Example(p.stem, p, questions[0], "yes" if i % 3 == 0 else "no")
                     for i, p in enumerate(paths[: args.examples])]

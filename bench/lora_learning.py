@@ -3,7 +3,7 @@
 Usage: .venv/bin/python bench/lora_learning.py [--dataset idrid] [--records 500] [--task referable_dr]
        [--epochs 20] [--lr 3e-3] [--schedule constant] [--json FILE]
 
-The platform's path, as tests/test_lora_look_alike.py takes it: the dataset's look-alike (`focus_dagster.synthetic`),
+The platform's path, as tests/core/lora/test_lora_look_alike.py takes it: the dataset's look-alike (`focus_dagster.synthetic`),
 its reader, label rule and split (`harmonise`), the question `yes_no_questions` renders, the training set of
 `lora_adapters` (`training_set`), `train_adapter` (LoRA r 8, alpha 16, all linear layers, lm_head + embed_tokens;
 micro-batch 8 x 2), the first-token yes/no scorer on the test split, and the paired bootstrap of `lora_effects`
@@ -52,12 +52,12 @@ def main(argv: list[str] | None = None) -> int:
 def run(tmp: Path, args) -> dict:
     from focus_dagster.lora.settings import LoraSettings
     from focus_dagster.models.catalog import CATALOG
-    from focus_dagster.models.loaders.mllm import load_mllm
+    from focus_dagster.models.registry import load_model
     from focus_dagster.models.tiny_mllm import build_tiny_mllm
 
     training, question, held_out, y = _study(tmp, args.dataset, args.records, args.task)
     spec = replace(CATALOG["tiny_llava"], path=str(build_tiny_mllm(tmp / "model", "llava", seed=0)))
-    base_scores = _scores(load_mllm(spec).to("cpu"), held_out, question)
+    base_scores = _scores(load_model(spec).to("cpu"), held_out, question)
     settings = LoraSettings(learning_rate=args.lr, epochs=args.epochs, micro_batch=8, accumulation=2,
                             checkpoint_every=0, lr_schedule=args.schedule)
     answers = [answer for *_, answer in training.rows]
@@ -70,7 +70,7 @@ def run(tmp: Path, args) -> dict:
     shuffled = list(np.random.default_rng(1).permutation(answers))
     for name, labels in (("true labels", answers), ("shuffled labels", shuffled)):
         # A fresh load for each adapter: an applied adapter stays in the model it was applied to.
-        row = figures[name] = _adapted(load_mllm(spec).to("cpu"), training, labels, held_out, y, base_scores, question, settings,
+        row = figures[name] = _adapted(load_model(spec).to("cpu"), training, labels, held_out, y, base_scores, question, settings,
                                        tmp / name.replace(" ", "_"))
         print(f"  {name:<16} {row['steps']} steps in {row['seconds']:.0f} s, loss {row['loss_first']:.3f} -> "
               f"{row['loss_last']:.3f} | AUROC {row['auroc_base']:.3f} -> {row['auroc_adapted']:.3f}, delta "

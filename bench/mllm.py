@@ -84,7 +84,7 @@ def main(argv=None) -> dict:
 
     from focus_dagster.inference.yes_no import VALUES, yes_no_scorer
     from focus_dagster.models.catalog import CATALOG
-    from focus_dagster.models.loaders.mllm import load_mllm
+    from focus_dagster.models.registry import load_model
     from focus_dagster.models.spec import ModelSpec
     from focus_dagster.models.tiny_mllm import build_tiny_mllm
     from focus_dagster.questions import QuestionBook
@@ -94,7 +94,7 @@ def main(argv=None) -> dict:
         folder = build_tiny_mllm(Path(tmp) / "model", args.family, seed=0)
         spec = ModelSpec(id=f"tiny_{args.family}", interface="mllm", domain="pipeline-check", family="hf_mllm",
                          source="local", path=str(folder), preprocess=CATALOG["tiny_llava"].preprocess)
-        loaded = load_mllm(spec).to("cpu")
+        loaded = load_model(spec).to("cpu")
         questions = [QuestionBook().question(task, "brset").text for task in TASKS]
         pixels = fundus_pixels(args.images, spec.preprocess.size)
 

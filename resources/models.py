@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from dagster import ConfigurableResource
@@ -11,29 +10,32 @@ from focus_dagster.config import COMPILE_MODES, FocusConfig
 
 
 class ModelHub(ConfigurableResource):
-    """Model entries of focus.yaml (JSON; empty = the default models) and the cache of built-in models."""
+    """The `models:` entries of focus.yaml, each a mapping with at least an `id` (none: the default models), and
+    the folder where the built-in models are written on first use."""
 
-    entries_json: str = ""
+    # Dagster's config has no "string or mapping": a bare id of focus.yaml is held as {id: ...}, which
+    # resolve_models reads the same.
+    entries: list[dict] | None = None
     cache_dir: str
     compile_mode: str = COMPILE_MODES[0]  # encoders on the device: auto | off | blocks | whole (inference/compiled.py)
 
     @classmethod
     def from_config(cls, config: FocusConfig) -> ModelHub:
-        return cls(entries_json=json.dumps(list(config.models)) if config.models else "",
-                   cache_dir=str(config.model_cache), compile_mode=config.compile)
+        entries = None if config.models is None else [_as_mapping(entry) for entry in config.models]
+        return cls(entries=entries, cache_dir=str(config.model_cache), compile_mode=config.compile)
 
     def specs(self) -> dict:
         from focus_dagster.models.selection import resolve_models
 
-        entries = json.loads(self.entries_json) if self.entries_json else None
-        return resolve_models(entries, Path(self.cache_dir))
+        return resolve_models(self.entries, Path(self.cache_dir))
 
-    def load(self, model_id: str, device: str):
-        from focus_dagster.models.registry import load_encoder
+    def load(self, model_id: str, device: str, interfaces: tuple[str, ...] | None = None):
+        """The model as its family loads it (an encoder, or a multimodal LLM), on `device`; `interfaces`: those
+        the step can use, any other refused before its weights are read."""
+        from focus_dagster.models.registry import load_model
 
-        return load_encoder(self.specs()[model_id]).to(device)
+        return load_model(self.specs()[model_id], interfaces).to(device)
 
-    def load_mllm(self, model_id: str, device: str):
-        from focus_dagster.models.loaders.mllm import load_mllm
 
-        return load_mllm(self.specs()[model_id]).to(device)
+def _as_mapping(entry) -> dict:
+    return {"id": entry} if isinstance(entry, str) else dict(entry)

@@ -106,15 +106,3 @@ def _ready(spec: ModelSpec, model, processor, report: LoadReport, model_type: st
     tokens = resolve_answer_tokens(processor.tokenizer, spec.id)
     return LoadedMLLM(spec=spec, model=model, processor=processor, report=report, model_type=model_type, tokens=tokens)
 
-
-def load_mllm(spec: ModelSpec) -> LoadedMLLM:
-    """A multimodal LLM spec through its loader (hub folder, or the built-in pipeline-check model)."""
-    from focus_dagster.models.spec import ModelSpecError
-
-    if spec.interface != "mllm":
-        raise ModelSpecError(f"model {spec.id!r} is a {spec.interface} model: it has no yes/no scoring.")
-    if spec.family == "tiny_llava":
-        return load_tiny_llava(spec)
-    if spec.family != "hf_mllm":
-        raise ModelSpecError(f"model {spec.id!r}: multimodal LLM family {spec.family!r} unknown; use 'hf_mllm'.")
-    return load_hf_mllm(spec)

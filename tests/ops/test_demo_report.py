@@ -1,0 +1,194 @@
+"""`focus demo` end to end (two look-alikes, the default models, one LoRA adapter) and the arena report it builds:
+its files, its numbers against the metric tables, the page in a real browser, and `focus report`."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.support.environment import require_chromium
+from tests.support.focus_cli import run_focus
+from tests.support.tables import table_views
+
+pytestmark = pytest.mark.heavy(45)  # seconds on a quiet 2-core machine: started first
+
+FIGURES = ("spider", "method_means", "general_vs_ophthalmic", "task_cliff", "mllm", "transfer", "reliability", "lora",
+           "coverage")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The demo's home and what it printed: RFMiD 2.0 and Messidor-2 (whose seeded split leaves enough test images
+    for defined AUROCs at 50 images), the default models, an adapter trained on Messidor-2."""
+    tmp = tmp_path_factory.mktemp("demo")
+    config = tmp / "focus.yaml"
+    config.write_text("datasets: {rfmid_2: synthetic, messidor_2: synthetic}\nsynthetic: {per_dataset: 50, scale: 0.04}\n"
+                      "lora: {train_datasets: [messidor_2], tasks: [any_dr]}\n")
+    env = {"FOCUS_HOME": str(tmp / "home"), "FOCUS_CONFIG": str(config)}
+    code, out = run_focus(env, "demo")
+    assert code == 0, out
+    return tmp / "home", env, out
+
+
+def _table(home: Path, sql: str) -> pd.DataFrame:
+    with table_views(home) as con:
+        return con.execute(sql).df()
+
+
+def test_demo_runs_end_to_end_and_says_where_results_are(demo):
+    """The whole graph on two look-alikes with the default models, one LoRA adapter trained on Messidor-2
+    included: scored in-domain and on RFMiD 2.0, and compared with its base."""
+    home, env, out = demo
+    assert "rfmid_2     read    50 = kept    49 + quarantined   1 | labelled    49 (native split)" in out
+    assert "FAILED" not in out and out.count("warn: ") == 2 and "artifacts/tables" in out
+    # The UI on this demo's instance: `make ui` alone would open the one under ./.focus.
+    assert (f"  open the UI: FOCUS_HOME={env['FOCUS_HOME']} FOCUS_CONFIG={env['FOCUS_CONFIG']} .venv/bin/focus ui   "
+            "(http://127.0.0.1:3000, lineage graph and every run above)") in out.splitlines()
+    assert re.search(r"lora adapter +tiny_llava\.messidor_2\.any_dr +\d+ examples, \d+ steps, loss", out), out
+    assert re.search(r"adapted scores +tiny_llava\.messidor_2\.any_dr \(pipeline-check\) +\d+ rows over 2 datasets",
+                     out), out
+    assert re.search(r"lora effects .* \d+ rows, 2 comparisons with deltas", out), out
+    assert re.search(r"arena report +9 figures, 13 tables, \d+ metric ids cited: .*reports/arena/index.html", out), out
+    assert (home / "dagster" / "dagster.yaml").is_file()
+    assert (home / "artifacts" / "adapters" / "tiny_llava.messidor_2.any_dr" / "manifest.json").is_file()
+    with table_views(home) as con:
+        assert con.execute("SELECT count(*) FROM records.messidor_2").fetchone()[0] == 50
+        assert con.execute("SELECT reason_code FROM records.quarantine").fetchall() == [("image_missing",)]
+        assert con.execute("SELECT stage, reason_code FROM labels.rejects ORDER BY stage DESC").fetchall() == [
+            ("records", "image_missing"), ("labels", "label:ungradable")]
+        assert con.execute("SELECT count(*) FROM labels.harmonised WHERE dataset = 'messidor_2'").fetchone()[0] == 49
+        adapted = con.execute("SELECT DISTINCT dataset, train_dataset FROM predictions.samples "
+                              "WHERE method = 'yes_no_lora' ORDER BY dataset").fetchall()
+        domains = con.execute("SELECT domain, count(*) FROM metrics.lora_effects WHERE metric = 'brier' "
+                              "AND delta IS NOT NULL GROUP BY domain ORDER BY domain").fetchall()
+    assert adapted == [("messidor_2", "messidor_2"), ("rfmid_2", "messidor_2")]
+    assert domains == [("in_domain", 1), ("out_of_domain", 1)]
+
+
+def test_the_demo_prints_each_steps_progress_as_it_runs_and_the_time_of_every_stage(demo):
+    """Not a terminal here: a plain line each, indented under the summary lines, as the steps log them."""
+    _, _, out = demo
+    lines = out.splitlines()
+    for pattern in (r"messidor_2 image checks \(header\): 50/50 images in \d+s, [\d.]+ images/s",
+                    r"embeddings efficientnet_lite0@rfmid_2: 49/49 images in \d+s",
+                    r"yes/no scores tiny_llava@messidor_2 \(\d questions per image\): 49/49 images in",
+                    r"lora tiny_llava training: (\d+)/\1 examples in \d+s, [\d.]+ examples/s",
+                    r"metrics rfmid_2: (\d+)/\1 configurations in", r"fairness metrics messidor_2: (\d+)/\1 configurations",
+                    r"arena report: (\d+)/\1 sections in"):
+        assert any(re.fullmatch(rf" +\d+s    {pattern}.*", line) for line in lines), (pattern, out)
+    # Each model's summary line follows the progress of its steps.
+    progress = next(i for i, line in enumerate(lines) if "embeddings efficientnet_lite0@messidor_2:" in line)
+    summary = next(i for i, line in enumerate(lines) if re.match(r" +\d+s  embeddings\+probes efficientnet_lite0", line))
+    assert progress < summary
+    [stages] = [line for line in lines if line.startswith("  time per stage: ")]
+    assert re.fullmatch(r"  time per stage: releases \d+s, data layer \d+s \(2 runs\), embeddings\+probes \d+s \(4 runs\), "
+                        r"zero-shot \d+s \(2 runs\), yes/no scores \d+s \(2 runs\), lora training \d+s, adapted scores "
+                        r"\d+s \(2 runs\), metrics \d+s \(2 runs\), leaderboard \d+s, lora effects \d+s, arena report \d+s",
+                        stages), stages
+
+
+def test_the_demo_leaderboard_ranks_the_real_encoder_first_and_marks_pipeline_checks(demo):
+    """efficientnet_lite0 is the one real model of the defaults; tiny_clip and tiny_llava are pipeline checks."""
+    _, _, out = demo
+    rows = re.findall(r"^    (\w+) +(\w+) +[\d.]+ \([\d.]+-[\d.]+\)  (\S+( †)?) on ", out, flags=re.MULTILINE)
+    best = {(method, task): model for method, task, model, _ in rows}
+    assert {model for (method, _), model in best.items() if method == "linear_probe"} == {"efficientnet_lite0"}, out
+    assert best[("zero_shot", "any_dr")] == "tiny_clip †" and best[("yes_no", "any_dr")] == "tiny_llava †", out
+    assert "    † pipeline check: a seeded toy model that tests the plumbing" in out
+
+
+def test_the_report_files_cite_rows_of_the_metric_tables(demo):
+    home, _, _ = demo
+    folder = home / "artifacts" / "reports" / "arena"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert sorted(Path(p).stem for p in manifest["figures"]) == sorted(FIGURES)
+    for name in FIGURES:
+        assert (folder / "figures" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert any(key.startswith("metrics[messidor_2]") for key in manifest["sources"])
+    values = _table(home, "SELECT metric_id, model, dataset, task, method, axis, metric, \"group\", value "
+                          "FROM metrics.values")
+    known = set(values["metric_id"]) | set(_table(home, "SELECT metric_id FROM metrics.lora_effects")["metric_id"])
+    for csv in manifest["tables"]:
+        table = pd.read_csv(folder / csv)
+        for column in [c for c in table.columns if c == "metric_id" or c.endswith("metric_ids")]:
+            cited = {i for cell in table[column].dropna() for i in str(cell).split()}
+            assert cited <= known, (csv, column, sorted(cited - known)[:3])
+    # A mean is the mean of the rows it lists, recomputed from metrics.values.
+    means = pd.read_csv(folder / "tables" / "method_means.csv")
+    by_id = values.set_index("metric_id")["value"]
+    for row in means.itertuples():
+        cited = row.metric_ids.split()
+        assert len(cited) == row.configurations and by_id[cited].mean() == pytest.approx(row.mean)
+    # The task cliff pools the efficientnet encoder's in-domain AUROCs per task, nothing else.
+    cliff = pd.read_csv(folder / "tables" / "task_cliff.csv").set_index(["series", "task"])
+    auroc = values[(values["model"] == "efficientnet_lite0") & (values["metric"] == "auroc")
+                   & (values["axis"] == "performance") & values["value"].notna()]
+    in_domain = auroc.merge(_table(home, "SELECT metric_id FROM metrics.values WHERE partition <> 'cross'"))
+    for task, rows in in_domain.groupby("task"):
+        assert cliff.loc[("vision encoders", task), "mean"] == pytest.approx(rows["value"].mean())
+
+
+def test_the_report_in_chromium_every_figure_renders_and_every_number_traces(demo):
+    chromium = require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    home, _, _ = demo
+    page_path = home / "artifacts" / "reports" / "arena" / "index.html"
+    known = set(_table(home, "SELECT metric_id FROM metrics.values")["metric_id"])
+    known |= set(_table(home, "SELECT metric_id FROM metrics.lora_effects")["metric_id"])
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(chromium), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            requests = []
+            page.on("request", lambda request: requests.append(request.url))
+            page.goto(page_path.as_uri(), wait_until="load")
+            images = page.eval_on_selector_all(
+                "figure img", "imgs => imgs.map(i => [i.alt, i.complete, i.naturalWidth, i.naturalHeight])")
+            numbers = page.eval_on_selector_all(
+                "td, span", "cells => cells.filter(c => c.children.length === 0 && "
+                            "/^[-+]?[0-9]+([.][0-9]+)?$/.test(c.textContent.trim()))"
+                            ".map(c => [c.textContent.trim(), c.getAttribute('data-metric-id'), c.title])")
+            screenshot = home / "arena_report.png"
+            page.screenshot(path=str(screenshot), full_page=True)
+        finally:
+            browser.close()
+    assert len(images) == len(FIGURES) and all(done and w > 100 and h > 100 for _, done, w, h in images), images
+    assert [r for r in requests if not r.startswith(("file:", "data:"))] == []  # nothing from a network
+    assert len(numbers) > 50
+    for text, ids, title in numbers:
+        assert ids, f"the number {text} carries no metric id"
+        assert set(ids.split()) <= known, (text, ids)
+        assert "metric_id" in title or "metric ids" in title
+    assert screenshot.stat().st_size > 50_000
+
+
+def test_focus_report_finds_the_demo_report_current_and_rebuilds_when_a_table_changes(demo, monkeypatch, capsys):
+    from focus_dagster.platform.cli import main
+    from focus_dagster.config import load_config
+    from resources import FocusStorage, layout
+
+    home, env, _ = demo
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    assert main(["report"]) == 0
+    assert f"arena report (up to date with the tables): {home / 'artifacts' / layout.ARENA_REPORT_PAGE}" in \
+        capsys.readouterr().out
+    # A new version of one metrics partition (same rows, a new stamp): the report is stale, and rebuilt.
+    storage = FocusStorage.from_config(load_config())
+    rows = storage.read_partition(layout.METRICS, "messidor_2")
+    storage.replace_partition(layout.METRICS, "messidor_2", rows,
+                              stamp={"asset": "metrics", "partition": "messidor_2", "run_id": "test", "version": "v2",
+                                     "code_version": "test", "facts": {}, "inputs": {}})
+    assert main(["report"]) == 0
+    out = capsys.readouterr().out
+    assert "building the arena report (1 table partition(s) changed since it was built (e.g. metrics[messidor_2]))" in out
+    manifest = json.loads((home / "artifacts" / layout.ARENA_REPORT / "manifest.json").read_text())
+    run_id = manifest["run_id"]
+    assert re.search(rf"arena report: .*index.html  \(run {run_id[:8]}\)", out), out
+    assert main(["report"]) == 0 and "up to date" in capsys.readouterr().out

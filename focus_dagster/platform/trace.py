@@ -15,9 +15,9 @@ A cross-dataset row has both chains: the probes' (the training dataset's embeddi
 and the evaluated dataset's. Each link is then compared with what is there now: an input rewritten with other
 content (a newer version in `lineage.current` or in its Parquet file's stamp), a release observed with another
 fingerprint, a weights file changed on disk. A link is `stale` when one of its inputs changed, or an input
-itself is stale; `changed` says what. Only DuckDB (read-only, so a running UI is not disturbed) and the files
-are read, so the command answers in well under a second; `--runs` adds each run's job and status from the
-Dagster instance.
+itself is stale; `changed` says what. Only the table store's Parquet files (as in-memory DuckDB views, so a running
+UI is not disturbed) and the artifact files are read, so the command answers in well under a second; `--runs` adds
+each run's job and status from the Dagster instance.
 """
 
 from __future__ import annotations

@@ -21,8 +21,10 @@ import psutil
 import pytest
 
 from focus_dagster.platform.instance import REPO_ROOT, prepare_dagster_home
-from tests.ops.test_demo_signals import PROMPT, exits_within
-from tests.ops.test_kill_recovery import holder_of, wait_advancing
+from tests.ops.test_demo_signals import PROMPT
+from tests.support.daemon import wait_advancing
+from tests.support.pool_location import holder_of
+from tests.support.waiting import exits_within
 
 pytestmark = pytest.mark.heavy(50)  # seconds on a quiet 2-core machine: started first
 

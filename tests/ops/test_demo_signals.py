@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -23,7 +22,9 @@ import dagster as dg
 import pytest
 
 from focus_dagster.platform.instance import REPO_ROOT, prepare_dagster_home
-from tests.ops.test_kill_recovery import HOLD_IN_PROCESS, holder_of, wait_advancing, waiting_lines
+from tests.support.daemon import wait_advancing
+from tests.support.pool_location import HOLD_IN_PROCESS, holder_of, waiting_lines
+from tests.support.waiting import exits_within
 
 pytestmark = pytest.mark.heavy(50)  # seconds on a quiet 2-core machine: started first
 
@@ -85,16 +86,6 @@ def waiting_run(setting, process, out: Path) -> str:
         return next((s.run_id for s in steps if s.run_id != setting.held_by and s.assigned_timestamp is None), None)
 
     return wait_advancing(pending, "the demo to wait for the gpu pool", setting.instance, out)
-
-
-def exits_within(process, seconds: float) -> float:
-    started = time.monotonic()
-    try:
-        process.wait(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        raise AssertionError(f"the demo did not exit within {seconds}s")
-    return time.monotonic() - started
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)

@@ -27,22 +27,14 @@ from dagster._core.launcher import WorkerStatus
 
 from focus_dagster.platform.instance import REPO_ROOT, prepare_dagster_home
 from focus_dagster.platform.recovery import HOST_TAG, this_host
-from tests.support.daemon import instance_progress
-from tests.support.pool_location import POOLS
+from tests.support.daemon import wait_advancing
+from tests.support.pool_location import HOLD_IN_PROCESS, POOLS, holder_of, waiting_lines
 from tests.support.pool_location import defs as location
-from tests.support.waiting import file_size, last_lines, wait_while_progressing
 
 pytestmark = pytest.mark.heavy(60)  # seconds on a quiet 2-core machine: started first
 
 PROMISE = 60  # seconds: detected, marked failed and its slots freed within a minute
 LOCATION = "pools"
-HOLD_IN_PROCESS = """
-import sys
-import dagster as dg
-from tests.support.pool_location import defs
-with dg.DagsterInstance.get() as instance:
-    defs.resolve_job_def(sys.argv[1]).execute_in_process(instance=instance)
-"""
 
 
 @pytest.fixture(scope="module")
@@ -121,25 +113,8 @@ def wait_for(condition, what: str, timeout: float = 90, daemon_log: Path | None 
         time.sleep(0.25)
 
 
-def wait_advancing(condition, what: str, instance, *logs: Path):
-    """`condition()`'s first truthy value, waited for as long as something advances: the instance's events, runs
-    and their statuses, or any of `logs` (the daemon's, a process's output) growing. Fails once nothing has moved
-    for the patience of tests/support/waiting.py, stretched by the machine's load, with the end of each log."""
-    return wait_while_progressing(condition, what, lambda: (instance_progress(instance), *map(file_size, logs)),
-                                  describe=lambda: "\n".join(f"--- {log}:\n{last_lines(log)}" for log in logs))
-
-
 def status(instance, run_id: str) -> dg.DagsterRunStatus:
     return instance.get_run_by_id(run_id).status
-
-
-def holder_of(instance, pool: str) -> set[str]:
-    return {slot.run_id for slot in instance.event_log_storage.get_concurrency_info(pool).claimed_slots}
-
-
-def waiting_lines(instance, run_id: str, pool: str) -> list:
-    return [e for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)
-            if (e.dagster_event.message or "").startswith(f"waiting for pool {pool}:")]
 
 
 def held_pid(env, pool: str, old: str | None = None) -> int:

@@ -9,7 +9,6 @@ by hand or from the test's own files, never taken from the code under test.
 from __future__ import annotations
 
 import re
-import socket
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,6 +17,7 @@ import pytest
 
 from focus_dagster.platform.cli import main
 from focus_dagster.platform.instance import REPO_ROOT
+from tests.support.ports import free_port
 from tests.support.waiting import run_apart
 
 BIN = Path(sys.executable).parent
@@ -75,19 +75,12 @@ def test_a_truncated_safetensors_file_in_a_hub_folder_is_named_too(tmp_path):
 # --------------------------------------------------------------------------- b. PostgreSQL unreachable
 
 
-def closed_local_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on: bound by the system, then released."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_an_unreachable_postgresql_instance_is_one_line_naming_where_and_what_to_check(tmp_path):
     """`focus recover` on the PostgreSQL profile with nothing listening: before, 178 lines (24 of retry warnings,
     then three chained tracebacks); now one line, without the password."""
     import os
 
-    port = closed_local_port()
+    port = free_port()  # nothing listens there
     env = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
     env.update(FOCUS_HOME=str(tmp_path / "home"), FOCUS_INSTANCE="postgres", FOCUS_PG_HOST="127.0.0.1",
                FOCUS_PG_PORT=str(port), FOCUS_PG_DB="focus_runs", FOCUS_PG_USER="focus",

@@ -9,7 +9,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.support.waiting import folder_bytes
+from tests.support.waiting import file_size, folder_bytes, last_lines, wait_while_progressing
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -20,6 +20,14 @@ def instance_progress(instance) -> tuple:
     event a step or the daemon reports, engine events included)."""
     runs = tuple((run.run_id, run.status.value) for run in instance.get_runs(limit=100))
     return instance.event_log_storage.get_maximum_record_id(), runs, folder_bytes(Path(instance.root_directory))
+
+
+def wait_advancing(condition, what: str, instance, *logs: Path):
+    """`condition()`'s first truthy value, waited for as long as something advances: the instance's events, runs
+    and their statuses, or any of `logs` (the daemon's, a process's output) growing. Fails once nothing has moved
+    for the patience of tests/support/waiting.py, stretched by the machine's load, with the end of each log."""
+    return wait_while_progressing(condition, what, lambda: (instance_progress(instance), *map(file_size, logs)),
+                                  describe=lambda: "\n".join(f"--- {log}:\n{last_lines(log)}" for log in logs))
 
 
 @contextmanager

@@ -45,3 +45,24 @@ JOBS = [dg.define_asset_job(f"hold_{p}_job", selection=[f"hold_{p}"]) for p in P
 JOBS += [dg.define_asset_job(f"use_{p}_job", selection=["warm_up", f"use_{p}"]) for p in POOLS]
 
 defs = dg.Definitions(assets=ASSETS, jobs=JOBS, executor=reporting_pool_waits(dg.in_process_executor))
+
+
+# How a test starts a holder in a process of its own, as `focus demo` runs: `python -c HOLD_IN_PROCESS hold_<pool>_job`.
+HOLD_IN_PROCESS = """
+import sys
+import dagster as dg
+from tests.support.pool_location import defs
+with dg.DagsterInstance.get() as instance:
+    defs.resolve_job_def(sys.argv[1]).execute_in_process(instance=instance)
+"""
+
+
+def holder_of(instance, pool: str) -> set[str]:
+    """The runs holding a slot of `pool` now, from the instance's concurrency table."""
+    return {slot.run_id for slot in instance.event_log_storage.get_concurrency_info(pool).claimed_slots}
+
+
+def waiting_lines(instance, run_id: str, pool: str) -> list:
+    """The engine events in which a step of `run_id` says it waits for `pool` (and who holds it)."""
+    return [e for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)
+            if (e.dagster_event.message or "").startswith(f"waiting for pool {pool}:")]

@@ -103,6 +103,18 @@ def _kill_group(process: subprocess.Popen) -> None:
     process.wait()
 
 
+def exits_within(process: subprocess.Popen, seconds: float) -> float:
+    """Seconds `process` took to exit, for a promise the product makes (e.g. the demo stops within 5 s of a signal):
+    a deadline, not a progress wait. Past it, the process group is killed and the test fails."""
+    started_at = time.monotonic()
+    try:
+        process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        raise AssertionError(f"{process.args} did not exit within {seconds}s")
+    return time.monotonic() - started_at
+
+
 def wait_for_exit(processes: dict[str, tuple[subprocess.Popen, Path]], what: str,
                   progress: Iterable[Callable] = (), patience: float | None = None) -> dict[str, SimpleNamespace]:
     """Every process of `processes` (name -> (process, its log)) ended: their return codes and outputs. Progress

@@ -8,6 +8,7 @@ import dagster as dg
 
 from focus_dagster.config import FocusConfig, KubernetesSettings
 from focus_dagster.adapter_plan import LoraPlan, evaluations
+from focus_dagster.degradations.plan import DegradationPlan
 from focus_dagster.models.registry import ENCODER_INTERFACES, MLLM_INTERFACES
 from focus_dagster.questions import QuestionBook, question_book
 from resources import ModelHub, layout
@@ -35,6 +36,7 @@ class Registered:
     lora: LoraPlan = LoraPlan()
     kubernetes: KubernetesSettings = KubernetesSettings()  # the pods of GPU and CPU steps (assets/kubernetes.py)
     compare: tuple[tuple[str, str], ...] = ()  # the model pairs of model_comparisons (`compare:` of focus.yaml)
+    degradations: DegradationPlan = DegradationPlan()  # the image-quality axis (`degradations:` of focus.yaml)
 
     @classmethod
     def from_config(cls, config: FocusConfig) -> Registered:
@@ -45,6 +47,7 @@ class Registered:
             lora=config.lora,
             kubernetes=config.kubernetes,
             compare=config.compare,
+            degradations=config.degradations,
         )
 
     @property

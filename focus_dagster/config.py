@@ -17,6 +17,7 @@ FOCUS_CONFIG) maps dataset keys to the local roots of real copies:
     compile: auto                       # auto (blocks on CUDA, eager on a CPU) | off | blocks | whole: encoders
     kubernetes: {gpu_node_selector: {nvidia.com/gpu.present: "true"}}   # step pods under executor k8s (deploy/)
     lora: {train_datasets: [brset], settings: {learning_rate: 2.0e-5}}   # LoRA adapters (focus_dagster/adapter_plan.py)
+    degradations: {types: [defocus_blur, haze], severities: [1, 3, 5]}   # image-quality axis; types: all; false: none
 
 Only the datasets listed are registered (they become the dataset partitions). Relative paths are
 relative to the focus.yaml file. Every section has a schema (focus_dagster/config_schema.py): unknown keys and
@@ -53,6 +54,7 @@ from focus_dagster.config_schema import (  # the constants are part of this modu
 )
 from focus_dagster.datasets.images import DEFAULT_IMAGE_CHECK
 from focus_dagster.datasets.registry import DATASET_KEYS, register_declared
+from focus_dagster.degradations.plan import DegradationPlan, degradation_plan
 from focus_dagster.errors import ConfigError
 
 SYNTHETIC = "synthetic"
@@ -85,6 +87,8 @@ class FocusConfig:
     questions: Mapping | None = None  # yes/no questions replacing the registry's (see focus_dagster/questions.py)
     lora: LoraPlan = field(default_factory=LoraPlan)  # which LoRA adapters, trained how
     compare: tuple[tuple[str, str], ...] = ()  # pairs of model ids (A, B) for model_comparisons, deltas A - B
+    # Degradations x severities of the image-quality axis (focus_dagster/degradations/plan.py).
+    degradations: DegradationPlan = field(default_factory=DegradationPlan)
     kubernetes: KubernetesSettings = field(default_factory=lambda: KubernetesSettings())  # step pods (executor k8s)
     source: Path | None = None  # the focus.yaml it came from, if any
     # Datasets of the user's own (key -> declaration, root absolute; focus_dagster/datasets/declaration.py).
@@ -157,6 +161,8 @@ class FocusConfig:
             document["lora"] = self.lora.to_document()
         if self.compare:
             document["compare"] = [list(pair) for pair in self.compare]
+        if self.degradations != DegradationPlan():
+            document["degradations"] = self.degradations.to_document()
         if self.kubernetes != KubernetesSettings():
             document["kubernetes"] = self.kubernetes.to_document()
         if self.tables_url is not None:
@@ -205,6 +211,7 @@ def parse_config(raw: Any, home: Path, source: Path | None = None) -> FocusConfi
         questions=_questions(raw.get("questions"), where),
         lora=lora_plan(raw.get("lora"), where, list(roots)),
         compare=_pairs(document.compare, where),
+        degradations=degradation_plan(raw.get("degradations"), where),
         kubernetes=_kubernetes(document.kubernetes),
         source=source,
         declared=declared,

@@ -4,7 +4,8 @@ These models say what each key may hold (its type, its range, its choices) and g
 its JSON Schema, descriptions included, so that an editor completes and checks focus.yaml as it is typed.
 What needs more than the file itself stays with the code that knows it: `focus_dagster/config.py` resolves
 paths against the file's folder and checks that `splits.dir` exists, `adapter_plan.lora_plan` that LoRA's
-training datasets are registered, `questions.question_book` the questions' version and templates, and
+training datasets are registered, `degradations.plan.degradation_plan` that the degradations and severities are
+the registry's, `questions.question_book` the questions' version and templates, and
 `_parse_datasets` (config.py) the `datasets:` section, whose declarations have their own schema
 (`focus_dagster/datasets/declaration.py`).
 
@@ -296,6 +297,47 @@ class LoraSection(Section):
     settings: LoraSettingsSection | None = Field(None, description="training settings")
 
 
+# ------------------------------------------------------------------------------------------- degradations
+
+
+def _degradation_types_form(value: Any) -> str | None:
+    """Which form `types:` is written in (None: neither, one clear error): a single name (`types: haze`) is
+    refused, not read as the list it may have meant."""
+    if value == "all":
+        return "<all>"
+    return "<list>" if isinstance(value, list) else None
+
+
+DegradationTypes = Annotated[
+    Union[Annotated[Literal["all"], Tag("<all>")], Annotated[list[Name], Tag("<list>")]],
+    Discriminator(_degradation_types_form, custom_error_type="degradation_types_form",
+                  custom_error_message="must be `all` or a list of registered degradations such as "
+                                       "[defocus_blur, haze]"),
+]
+
+
+class DegradationsSection(Section):
+    """Which graded degradations the image-quality axis applies to the test images, and at which severities;
+    the names and severities are checked against the registry (focus_dagster/degradations/plan.py)."""
+
+    types: DegradationTypes | None = Field(
+        None, description="registered degradations, in the order they run, or `all` (every one but the controls "
+                          "such as surround_noise, which only run when named); []: none (default: defocus_blur, "
+                          "uneven_illumination, jpeg_compression)")
+    severities: Annotated[list[StrictInt], Field(min_length=1)] | None = Field(
+        None, description="severities from 1 (barely visible) to 5 (a grader's \"inadequate\"), each once, in the "
+                          "order they run (default: 3)")
+
+
+def _degradations_input(value: Any) -> Any:
+    """`degradations: false` is no degradation at all (as `types: []`); any other non-mapping is refused whole."""
+    if value is False:
+        return {"types": []}
+    if value is None or isinstance(value, Mapping):
+        return value
+    raise rule(f"must be a mapping such as {{types: [haze], severities: [1, 3]}}, or false for none; got {value!r}")
+
+
 # --------------------------------------------------------------------------------------------- kubernetes
 
 
@@ -411,6 +453,10 @@ class FocusFile(Section):
     compare: list[Annotated[list[SafeName], Field(min_length=2, max_length=2)]] | None = Field(
         None, description="pairs of selected model ids [A, B] that model_comparisons compares on the same test "
                           "images (deltas A - B)")
+    degradations: Annotated[DegradationsSection | None, BeforeValidator(
+        _degradations_input, json_schema_input_type=DegradationsSection | Literal[False] | None)] = Field(
+        None, description="the image-quality axis: degradations x severities applied to the test images, or false "
+                          "for none (default: defocus_blur, uneven_illumination, jpeg_compression at severity 3)")
     kubernetes: KubernetesSection | None = Field(None, description="step pods under executor k8s")
     tables: TablesLocation | None = Field(None, description="where the tables live: a folder or an fsspec URL "
                                                             "such as s3://bucket/focus/tables (default: "

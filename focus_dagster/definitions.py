@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets import automation, comparisons, datasets, evaluation, groups, labels, lora, mllm, models, report
+from assets import (automation, comparisons, datasets, evaluation, groups, labels, lora, mllm, models, report,
+                    robustness)
 from assets.kubernetes import k8s_executor
 from assets.partitions import Registered
 from focus_dagster.config import FocusConfig, load_config
@@ -33,6 +34,7 @@ def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
         mllm.definitions(registered),
         lora.definitions(registered),
         evaluation.definitions(registered),
+        robustness.definitions(registered),
         groups.definitions(registered.datasets),
         comparisons.definitions(registered),
         report.definitions(registered),

@@ -28,8 +28,9 @@ DATASET_RECORDS = "dataset_records"
 HARMONISED_LABELS = "harmonised_labels"
 LABEL_REJECTS_ASSET = "label_rejects"
 GROUP_ATTRIBUTES = "group_attributes"
-# Model outputs (the first four run on the GPU: assets/gpu.py)
+# Model outputs (those declared with `gpu_asset` run on the GPU: assets/gpu.py)
 IMAGE_EMBEDDINGS = "image_embeddings"
+DEGRADED_EMBEDDINGS_ASSET = "degraded_embeddings"
 ZERO_SHOT_SCORES = "zero_shot_scores"
 YES_NO_QUESTIONS = "yes_no_questions"
 TOKEN_PROBABILITIES_ASSET = "token_probabilities"
@@ -43,6 +44,7 @@ FAIRNESS_METRICS = "fairness_metrics"
 QUALITY_METRICS = "quality_metrics"
 # The asset of each metric axis that has one; its rows in METRICS are under axis_partition(dataset, axis).
 AXIS_ASSETS = {"fairness": FAIRNESS_METRICS, "quality": QUALITY_METRICS}
+ROBUSTNESS_METRICS = "robustness_metrics"
 CROSS_DATASET_METRICS = "cross_dataset_metrics"
 MODEL_COMPARISONS = "model_comparisons"
 LORA_EFFECTS_ASSET = "lora_effects"
@@ -89,6 +91,8 @@ LORA_EFFECTS = Table("metrics", "lora_effects")
 LORA_SUMMARY = Table("metrics", "lora_summary")
 # Model A against model B on the same test images, for the pairs focus.yaml declares (model_comparisons).
 COMPARISONS = Table("metrics", "comparisons")
+# Each configuration's metrics on degraded test images against its clean ones (robustness_metrics).
+ROBUSTNESS = Table("metrics", "robustness", "partition")
 # The group attributes of each dataset's test images (sex, age, quality, camera) the fairness and quality axes use.
 ATTRIBUTES = Table("labels", "attributes", "dataset")
 # Lineage (focus_dagster/lineage.py): every stamp written with a table partition, by id, and the stamp of what
@@ -99,7 +103,7 @@ CURRENT = Table("lineage", "current")
 CURRENT_STAMP_SQL = (f"SELECT s.stamp FROM {CURRENT.qualified} c JOIN {STAMPS.qualified} s USING (stamp_id) "
                      "WHERE c.asset = ? AND c.partition = ?")
 TABLES = (QUARANTINE, UNLISTED_IMAGES, IMAGE_NOTES, LABELS, LABEL_REJECTS, ATTRIBUTES, ZERO_SHOT, SAMPLES, UNAVAILABLE, METRICS,
-          LORA_EFFECTS, LORA_SUMMARY, COMPARISONS, STAMPS, CURRENT)
+          LORA_EFFECTS, LORA_SUMMARY, COMPARISONS, ROBUSTNESS, STAMPS, CURRENT)
 
 # The partition of the cross-dataset rows in SAMPLES and METRICS (not a dataset).
 CROSS_PARTITION = "cross"
@@ -158,6 +162,8 @@ PROBES = ModelOutputFiles("probes", ".npz")
 PROBE_SCORES = ModelOutputFiles("probe_predictions")
 # Beside the probe scores: the tasks a probe step could not fit and why (task, reason), for the predictions step.
 PROBE_SKIPPED = ModelOutputFiles("probe_predictions", ".skipped.parquet")
+# The test images' embeddings under each degradation and severity (image_id, degradation, severity, embedding).
+DEGRADED_EMBEDDINGS = ModelOutputFiles("degraded_embeddings")
 
 
 
@@ -189,7 +195,7 @@ ARENA_REPORT_PAGE = f"{ARENA_REPORT}/index.html"
 ARTIFACTS = (
     labels_file("<dataset>"), questions_file("<dataset>"),
     *(files.file("<model>", "<dataset>")
-      for files in (EMBEDDINGS, TOKEN_PROBABILITIES, PROBES, PROBE_SCORES, PROBE_SKIPPED)),
+      for files in (EMBEDDINGS, DEGRADED_EMBEDDINGS, TOKEN_PROBABILITIES, PROBES, PROBE_SCORES, PROBE_SKIPPED)),
     ADAPTERS.adapter("<model>.<dataset>.<task>"), ADAPTERS.skipped("<model>.<dataset>.<task>"),
     ADAPTED_TOKEN_PROBABILITIES.file("<model>.<dataset>.<task>", "<dataset>"),
     LEADERBOARD_REPORT, ARENA_REPORT_PAGE,

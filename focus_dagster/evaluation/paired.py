@@ -111,7 +111,7 @@ def paired_deltas(y_true, base_score, adapted_score, *, base_threshold: float | 
     y, base = as_arrays(y_true, base_score)
     _, adapted = as_arrays(y, adapted_score)  # also checks that it has one score per label
     thresholds = {"base": _usable_threshold(base_threshold), "adapted": _usable_threshold(adapted_threshold)}
-    points = {side: _points(y, s, thresholds[side], name, metrics)
+    points = {side: side_points(y, s, thresholds[side], name, metrics)
               for side, s, name in (("base", base, sides[0]), ("adapted", adapted, sides[1]))}
     wanted = [name for name in metrics if points["base"][name].defined and points["adapted"][name].defined]
     replicates = _paired_replicates(y, base, adapted, thresholds, wanted, n_resamples, seed)
@@ -129,7 +129,7 @@ def _usable_threshold(threshold) -> float | None:
     return threshold if math.isfinite(threshold) else None
 
 
-def _points(y: np.ndarray, s: np.ndarray, youden: float | None, side: str, metrics: tuple[str, ...]
+def side_points(y: np.ndarray, s: np.ndarray, youden: float | None, side: str, metrics: tuple[str, ...]
             ) -> dict[str, Value]:
     """The point value of each of ``metrics`` for one score vector (``side`` names it in the reasons)."""
     out = {}
@@ -149,12 +149,12 @@ def _paired_replicates(y: np.ndarray, base: np.ndarray, adapted: np.ndarray, thr
     if not wanted:
         return {}
     counts = resample_counts(y, n_resamples, seed)  # the draws of resample_indices(y, n_resamples, seed)
-    base_values = _replicates(y, base, counts, thresholds["base"], wanted)
-    adapted_values = _replicates(y, adapted, counts, thresholds["adapted"], wanted)
+    base_values = side_replicates(y, base, counts, thresholds["base"], wanted)
+    adapted_values = side_replicates(y, adapted, counts, thresholds["adapted"], wanted)
     return {name: adapted_values[name] - base_values[name] for name in wanted}
 
 
-def _replicates(y: np.ndarray, s: np.ndarray, counts: np.ndarray, youden: float | None, wanted: list
+def side_replicates(y: np.ndarray, s: np.ndarray, counts: np.ndarray, youden: float | None, wanted: list
                 ) -> dict[str, np.ndarray]:
     """One score vector's replicates of the metrics ``wanted`` on the resamples ``counts``: the metrics at 0.5 in
     one pass of the kernels, accuracy at the Youden threshold in a second (a pass has one threshold)."""

@@ -20,13 +20,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
 from focus_dagster.files import atomic_path
 from focus_dagster.inference.device_decode import Decoder, choose_decoder, decode_batch
-from focus_dagster.inference.images import is_colour_jpeg, normalise, pixels_from_bytes
+from focus_dagster.inference.images import decode_rgb, is_colour_jpeg, normalise, pixels_from_bytes
 from focus_dagster.inference.pixel_cache import KnownHashes, PixelCache, content_hash_of, preprocessing_key
 from focus_dagster.models.spec import Preprocess
 from focus_dagster.progress import Progress
@@ -108,17 +108,35 @@ class Fetched(NamedTuple):
 CACHED, DECODED, ON_DEVICE, FAILED = "cache", "decoded", "device", "failed"
 
 
+class Alteration(Protocol):
+    """What a run does to every decoded image before the model's preprocessing (a degradation at one severity):
+    `id` names it and its parameters (part of the pixel-cache key and of the shard keys), and calling it with the
+    decoded H x W x 3 uint8 image and the image's content hash returns the altered image, the same bytes for the
+    same image every time."""
+
+    id: str
+
+    def __call__(self, image: np.ndarray, key: str) -> np.ndarray: ...
+
+
+def altered_key(content: str, alteration: Alteration) -> str:
+    """The pixel-cache key of an altered image: its content hash and the alteration, hashed together."""
+    return hashlib.blake2b(f"{content}|{alteration.id}".encode(), digest_size=16).hexdigest()
+
+
 class ImageFiles:
     """A torch-style dataset of images as `Fetched` items: pixels from the cache when they are there, else
     decoded here (or, for the device decoder, the JPEG's bytes); a file that cannot be read yields its reason."""
 
     def __init__(self, paths: Sequence[str], preprocess: Preprocess, decoder: Decoder | None = None,
-                 cache: PixelCache | None = None, hashes: KnownHashes | None = None):
+                 cache: PixelCache | None = None, hashes: KnownHashes | None = None,
+                 alteration: Alteration | None = None):
         self.paths = list(paths)
         self.preprocess = preprocess
         self.decoder = decoder or choose_decoder("cpu")
         self.cache = cache
         self.hashes = hashes
+        self.alteration = alteration
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -133,17 +151,30 @@ class ImageFiles:
         import torch
 
         path = self.paths[index]
-        key, data = self._content_key(path) if self.cache else ("", None)
+        content, data = self._content_key(path) if self.cache or self.alteration else ("", None)
+        key = altered_key(content, self.alteration) if self.alteration else content
         cached = self.cache.read(key) if self.cache else None
         if cached is not None:
             return Fetched(index, torch.from_numpy(cached), None, key, CACHED)
         data = Path(path).read_bytes() if data is None else data
-        if self.decoder.device and is_colour_jpeg(data):
+        if self.decoder.device and self.alteration is None and is_colour_jpeg(data):
             return Fetched(index, None, torch.frombuffer(bytearray(data), dtype=torch.uint8), key, ON_DEVICE)
-        pixels = pixels_from_bytes(data, self.preprocess, self.decoder.cpu)
+        pixels = self._pixels(data, content)
         if self.cache:
             self.cache.write(key, pixels)
         return Fetched(index, torch.from_numpy(pixels), None, key, DECODED)
+
+    def _pixels(self, data: bytes, content: str) -> np.ndarray:
+        """The model's pixels of one image: decoded in full, altered (degraded) when this run alters images,
+        then resized by the model's library."""
+        if self.alteration is None:
+            return pixels_from_bytes(data, self.preprocess, self.decoder.cpu)
+        from PIL import Image
+
+        from focus_dagster.inference.transforms import library_pixels
+
+        decoded = np.asarray(decode_rgb(data, self.decoder.cpu))
+        return library_pixels(Image.fromarray(self.alteration(decoded, content)), self.preprocess)
 
     def _content_key(self, path: str) -> tuple[str, bytes | None]:
         """The image's content hash: the labels' while the file is unchanged since, else its bytes' (then read
@@ -178,6 +209,7 @@ def run_on_images(
     known_hashes: KnownHashes | None = None,
     decoder: Decoder | None = None,
     what: str = "images",
+    alteration: Alteration | None = None,
 ) -> ImageRun:
     """Run `forward` (pixels [B, 3, H, W] -> [B, D] tensor) over `items` ((image_id, absolute path) pairs),
     in batches: an encoder's `embed` gives embeddings, a yes/no scorer gives per-image score vectors.
@@ -193,6 +225,9 @@ def run_on_images(
     the same preprocessing; `known_hashes` (the labels' content hashes) spare reading and hashing files that
     have not changed since. `decoder` is chosen from the device unless given (device_decode.choose_decoder).
 
+    `alteration` (a degradation at one severity; `Alteration`) is applied to every decoded image before the
+    model's preprocessing; its pixels are cached under their own key and its shards keyed by it.
+
     `progress` gets a progress line (done / total images of the shards to compute, rate, time left) about every
     ten seconds and a final one, named `what` (focus_dagster/progress.py); without it the lines go to `ImageRun.log`.
     """
@@ -200,9 +235,10 @@ def run_on_images(
     decoder = decoder or choose_decoder(device, preprocess=preprocess)
     cache = (PixelCache(Path(pixel_cache) / preprocessing_key(preprocess, decoder.id), preprocess.size)
              if pixel_cache is not None else None)
-    files = partial(ImageFiles, preprocess=preprocess, decoder=decoder, cache=cache, hashes=known_hashes)
+    files = partial(ImageFiles, preprocess=preprocess, decoder=decoder, cache=cache, hashes=known_hashes,
+                    alteration=alteration)
     # Pixels from another decoder can differ in the last bit: shards of one decoder are not another's.
-    fingerprint = f"{fingerprint}:{decoder.id}"
+    fingerprint = f"{fingerprint}:{decoder.id}" + (f":{alteration.id}" if alteration else "")
     shard_size = shard_size or SHARD_SIZE
     batch_size = batch_size or default_batch_size(device)
     num_workers = default_workers(len(items)) if num_workers is None else num_workers

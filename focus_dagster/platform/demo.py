@@ -68,6 +68,7 @@ def _demo(options: DemoOptions) -> int:
     from assets.labels import DATA_LAYER_JOB
     from assets.mllm import TOKEN_PROBABILITIES_JOB
     from assets.models import ZERO_SHOT_JOB
+    from assets.robustness import ROBUSTNESS_JOB
     from focus_dagster.definitions import build_definitions
 
     config = demo_config(load_config(), options)
@@ -95,8 +96,10 @@ def _demo(options: DemoOptions) -> int:
             job_names = {job.name for job in defs.resolve_all_job_defs()}
             specs = resolve_models(config.models, config.model_cache)
             # Embeddings and probes share a run per (encoder, dataset): half the runs, the same lineage.
-            model_jobs = ((ENCODER_JOB, "embeddings+probes"), (ZERO_SHOT_JOB, "zero-shot scores"),
-                          (TOKEN_PROBABILITIES_JOB, "yes/no scores"))
+            # Robustness reads the probes: right after them, on the degradations of `degradations:` (a small set
+            # by default).
+            model_jobs = ((ENCODER_JOB, "embeddings+probes"), (ROBUSTNESS_JOB, "robustness"),
+                          (ZERO_SHOT_JOB, "zero-shot scores"), (TOKEN_PROBABILITIES_JOB, "yes/no scores"))
             for job_name, what in model_jobs:
                 if job_name in job_names:
                     failures += _run_model_job(defs.resolve_job_def(job_name), what, config.dataset_keys, runner, specs)
@@ -229,9 +232,10 @@ def _stage_names() -> dict[str, str]:
     from assets.mllm import TOKEN_PROBABILITIES_JOB
     from assets.models import ZERO_SHOT_JOB
     from assets.report import REPORT_JOB
+    from assets.robustness import ROBUSTNESS_JOB
 
     return {OBSERVE_JOB: "releases", DATA_LAYER_JOB: "data layer", ENCODER_JOB: "embeddings+probes",
-            ZERO_SHOT_JOB: "zero-shot", TOKEN_PROBABILITIES_JOB: "yes/no scores", LORA_ADAPTERS_JOB: "lora training",
+            ROBUSTNESS_JOB: "robustness", ZERO_SHOT_JOB: "zero-shot", TOKEN_PROBABILITIES_JOB: "yes/no scores", LORA_ADAPTERS_JOB: "lora training",
             ADAPTED_SCORES_JOB: "adapted scores", EVALUATION_JOB: "metrics", SUMMARY_JOB: "leaderboard",
             LORA_EFFECTS_JOB: "lora effects", REPORT_JOB: "arena report"}
 

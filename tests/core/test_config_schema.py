@@ -67,7 +67,7 @@ kubernetes:
 tables: s3://bucket/focus/tables
 """
 TOP_LEVEL = ("datasets, synthetic, release, splits, image_check, executor, compile, models, questions, lora, "
-             "compare, kubernetes, tables")
+             "compare, degradations, kubernetes, tables")
 MODEL_KEYS = ("id, interface, domain, family, source, revision, path, preprocess, pooling, dtype, pretrained_on, "
               "trust_remote_code, options, notes")
 SETTINGS = ("r, alpha, dropout, target_modules, save_embeddings, learning_rate, epochs, micro_batch, accumulation, "

@@ -14,8 +14,16 @@ randomly initialised model too little to show anything. Here: 30 epochs at a con
 (750 optimizer steps per adapter: 70-75 s each with one torch thread per process, two such processes side by
 side on a quiet 2-core machine). Shorter does not hold: after 4 epochs (at 3e-3 or 1e-2, batch 8 or 16) the
 true-label adapter is no better than its base on the held-out images, and at 20 epochs its interval's low end sits
-at zero (below it on some float orders). The margin rests on the training seed: seed 0 gives a delta of +0.36
-(interval +0.23 to +0.48), seed 1 leaves the adapter at its base (+0.03, interval -0.15 to +0.20).
+at zero (below it on some float orders).
+
+The margin rests on the training seed (the order of the examples and the LoRA initialisation). A search over
+training seeds and schedules, held-out AUROC delta and its paired interval: rank 8 at 3e-3 for 30 epochs (this
+test) gives +0.36 (+0.23, +0.48) at seed 0, +0.03 (-0.15, +0.20) at seed 1, +0.14 (-0.01, +0.28) at seed 2; at
+1e-2, +0.10 and -0.01 (seeds 0, 1); 60 epochs or no gradient accumulation at seed 1, +0.02 and -0.05; rank 32
+(alpha 64), seeds 0-4: +0.14, +0.15 (+0.01, +0.30), -0.12, +0.02, +0.06. The tiny randomly initialised model
+learns the lesions in some runs only (mean delta over the twelve runs +0.07), so this test pins seed 0, where it
+does: it proves the training, the scorer and the paired bootstrap can show an adapter that learned, not that
+every seed learns.
 """
 
 from __future__ import annotations

@@ -1,0 +1,118 @@
+"""Robustness to image quality: a configuration's scores on degraded test images against its clean scores.
+
+For one configuration (model x dataset x task x method) the same test images are scored clean and under each
+degradation at each severity (focus_dagster/degradations). A row per (degradation, severity, metric) gives:
+- `clean` and `degraded`: the metric on the whole test set (AUROC, accuracy at the probe's Youden threshold from
+  its clean training split, ECE with 10 bins; scores and thresholds as the clean metrics use them);
+- `ci_low`/`ci_high`: the degraded metric's 95% percentile bootstrap interval (label-stratified resamples);
+- `delta` = degraded - clean with its paired interval (`delta_low`/`delta_high`) and two-sided p-value: both
+  score vectors on the same resamples (evaluation/paired.py), so what the images share cancels and the interval
+  is about the degradation alone;
+- `relative_drop` = (clean - degraded) / clean for AUROC (the quality axis' unit), null for the other metrics.
+The resamples are seeded from the configuration's identity, the same for every degradation, so two degradations'
+deltas are measured on the same draws.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from focus_dagster.evaluation.bootstrap import resample_counts
+from focus_dagster.evaluation.intervals import percentile
+from focus_dagster.evaluation.metrics import as_arrays
+from focus_dagster.evaluation.paired import paired_delta, side_points, side_replicates
+from focus_dagster.evaluation.probes import PROBE_METHOD, Probe
+from focus_dagster.evaluation.tables import configuration_seed
+
+ROBUSTNESS_METRICS = ("auroc", "accuracy@youden", "ece")
+ROBUSTNESS_COLUMNS = ["degradation", "severity", "metric", "clean", "degraded", "ci_low", "ci_high", "delta",
+                      "delta_low", "delta_high", "p_value", "relative_drop", "n", "n_pos", "reason"]
+CONFIGURATION_COLUMNS = ["model", "dataset", "task", "method"]
+PROVENANCE_COLUMNS = ["registry", "parameters"]
+N_RESAMPLES = 1000
+
+
+def robustness_rows(y_true, clean, degraded: dict[tuple[str, int], np.ndarray], threshold: float | None, *,
+                    seed: int, n_resamples: int = N_RESAMPLES, alpha: float = 0.05) -> pd.DataFrame:
+    """The rows of one configuration: `clean` scores and, per (degradation, severity), the `degraded` scores of
+    the same images in the same order; `threshold` the probe's Youden threshold (None: no accuracy).
+
+    One set of label-stratified resamples serves every degradation: the clean side's point values and replicates
+    are computed once, each degraded side's once, and a delta's replicates are their difference per resample (as
+    `paired.paired_deltas` computes them for two score vectors)."""
+    y = np.asarray(y_true, dtype=int)
+    _, clean_scores = as_arrays(y, clean)
+    youden = threshold if threshold is not None and np.isfinite(threshold) else None
+    counts = resample_counts(y, n_resamples, seed)
+    clean_side = _side(y, clean_scores, youden, counts, "clean")
+    rows = []
+    for (name, severity), scores in degraded.items():
+        if len(scores) != len(y):
+            raise ValueError(f"{name} at severity {severity}: {len(scores)} degraded scores for {len(y)} images")
+        degraded_side = _side(y, as_arrays(y, scores)[1], youden, counts, "degraded")
+        rows += [_row(name, severity, metric, clean_side, degraded_side, len(y), int(y.sum()), alpha)
+                 for metric in ROBUSTNESS_METRICS]
+    return pd.DataFrame(rows, columns=ROBUSTNESS_COLUMNS)
+
+
+def _side(y: np.ndarray, scores: np.ndarray, youden: float | None, counts: np.ndarray, side: str) -> tuple:
+    """One score vector's point values and replicates of the robustness metrics (those it has a value of)."""
+    points = side_points(y, scores, youden, side, ROBUSTNESS_METRICS)
+    defined = [name for name in ROBUSTNESS_METRICS if points[name].defined]
+    return points, side_replicates(y, scores, counts, youden, defined) if defined else {}
+
+
+def _row(name: str, severity: int, metric: str, clean_side: tuple, degraded_side: tuple, n: int, n_pos: int,
+         alpha: float) -> dict:
+    (clean_points, clean_reps), (degraded_points, degraded_reps) = clean_side, degraded_side
+    both = metric in clean_reps and metric in degraded_reps
+    delta = paired_delta(metric, clean_points[metric], degraded_points[metric],
+                         degraded_reps[metric] - clean_reps[metric] if both else None, n, n_pos, alpha)
+    low, high = (percentile(degraded_points[metric].value, degraded_reps[metric], alpha) if metric in degraded_reps
+                 else (None, None))
+    relative = (None if metric != "auroc" or delta.delta is None or not delta.base else -delta.delta / delta.base)
+    return {"degradation": name, "severity": severity, "metric": metric, "clean": delta.base,
+            "degraded": delta.adapted, "ci_low": low, "ci_high": high, "delta": delta.delta,
+            "delta_low": delta.low, "delta_high": delta.high, "p_value": delta.p_value, "relative_drop": relative,
+            "n": n, "n_pos": n_pos, "reason": delta.reason}
+
+
+def probe_robustness(model: str, dataset: str, probes: dict[str, Probe], clean: pd.DataFrame, degraded: pd.DataFrame,
+                     labels: pd.DataFrame, degradations: list[dict], n_resamples: int = N_RESAMPLES) -> pd.DataFrame:
+    """The robustness rows of every in-domain probe of one encoder on one dataset: each probe's clean test scores
+    (`clean`, the probe step's) against its scores of the degraded test embeddings (`degraded`: image_id,
+    degradation, severity, embedding), on the test images both have. `degradations`: the registry's description
+    of each (degradation, severity), written into every row (`registry`, `parameters`)."""
+    described = {(d["degradation"], d["severity"]): d for d in degradations}
+    parts = []
+    for task, probe in sorted(probes.items()):
+        truth = labels.loc[(labels["split"] == "test") & labels[task].notna(), ["image_id", task]]
+        scored = clean[clean["task"] == task][["image_id", "score"]].merge(truth, on="image_id")
+        config = {"model": model, "dataset": dataset, "task": task, "method": PROBE_METHOD, "train_dataset": dataset}
+        for images, variants in _by_image_set(scored, degraded, probe).items():
+            common = scored.set_index("image_id").loc[list(images)]
+            rows = robustness_rows(common[task].astype(int), common["score"].to_numpy(), variants, probe.threshold,
+                                   seed=configuration_seed(config, 0), n_resamples=n_resamples)
+            parts.append(rows.assign(model=model, dataset=dataset, task=task, method=PROBE_METHOD))
+    frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=ROBUSTNESS_COLUMNS)
+    keys = list(zip(frame["degradation"], frame["severity"]))
+    frame["registry"] = [described[key]["registry"] for key in keys]
+    frame["parameters"] = [json.dumps(described[key], sort_keys=True) for key in keys]
+    columns = CONFIGURATION_COLUMNS + ROBUSTNESS_COLUMNS + PROVENANCE_COLUMNS
+    return frame.reindex(columns=columns)
+
+
+def _by_image_set(scored: pd.DataFrame, degraded: pd.DataFrame, probe: Probe) -> dict[tuple, dict]:
+    """The probe's scores of each degraded variant on the test images it shares with the clean scores, grouped by
+    that set of images: variants over the same images share one clean side (and its resamples)."""
+    groups: dict[tuple, dict] = {}
+    for key, variant in degraded.groupby(["degradation", "severity"], sort=False):
+        both = scored[["image_id"]].merge(variant[["image_id", "embedding"]], on="image_id")
+        if both.empty:
+            continue
+        scores = probe.score(np.stack(both["embedding"].to_numpy()).astype(np.float64))
+        groups.setdefault(tuple(both["image_id"]), {})[(key[0], int(key[1]))] = scores
+    return groups

@@ -1,0 +1,67 @@
+"""Robustness rows against scikit-learn and against simulations whose truth is known: a degradation that changes
+nothing has a zero delta with p = 1; one that adds noise to the scores lowers AUROC by an interval that excludes
+zero; the clean and degraded points are scikit-learn's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from focus_dagster.evaluation.robustness import ROBUSTNESS_COLUMNS, robustness_rows
+
+
+def binormal(n: int = 400, separation: float = 1.5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < 0.3).astype(int)
+    logits = rng.normal(size=n) + separation * y
+    return y, 1 / (1 + np.exp(-logits))
+
+
+def rows_by_metric(frame) -> dict:
+    return {row["metric"]: row for row in frame.to_dict("records")}
+
+
+def test_points_are_scikit_learns_and_the_delta_their_difference():
+    y, clean = binormal()
+    noisy = np.clip(clean + np.random.default_rng(1).normal(0, 0.3, len(y)), 0, 1)
+    frame = robustness_rows(y, clean, {("sensor_noise", 3): noisy}, threshold=0.4, seed=0, n_resamples=300)
+    assert list(frame.columns) == ROBUSTNESS_COLUMNS and set(frame["metric"]) == {"auroc", "accuracy@youden", "ece"}
+    auroc = rows_by_metric(frame)["auroc"]
+    assert auroc["clean"] == pytest.approx(roc_auc_score(y, clean), abs=1e-12)
+    assert auroc["degraded"] == pytest.approx(roc_auc_score(y, noisy), abs=1e-12)
+    assert auroc["delta"] == pytest.approx(auroc["degraded"] - auroc["clean"], abs=1e-12)
+    assert auroc["relative_drop"] == pytest.approx((auroc["clean"] - auroc["degraded"]) / auroc["clean"])
+    accuracy = rows_by_metric(frame)["accuracy@youden"]
+    assert accuracy["degraded"] == pytest.approx(np.mean((noisy >= 0.4) == y))
+    assert accuracy["relative_drop"] is None or np.isnan(accuracy["relative_drop"])
+
+
+def test_noise_on_the_scores_is_a_drop_whose_paired_interval_excludes_zero():
+    y, clean = binormal(600)
+    noisy = np.clip(clean + np.random.default_rng(2).normal(0, 0.35, len(y)), 0, 1)
+    auroc = rows_by_metric(robustness_rows(y, clean, {("blur", 5): noisy}, None, seed=0, n_resamples=400))["auroc"]
+    assert auroc["delta_high"] < 0 and auroc["p_value"] < 0.05
+    assert auroc["ci_low"] <= auroc["degraded"] <= auroc["ci_high"]
+    # paired: the drop's interval is narrower than the degraded AUROC's own
+    assert auroc["delta_high"] - auroc["delta_low"] < auroc["ci_high"] - auroc["ci_low"]
+
+
+def test_a_degradation_that_changes_nothing_has_a_zero_delta_and_p_one():
+    y, clean = binormal()
+    frame = robustness_rows(y, clean, {("surround_noise", 5): clean.copy()}, threshold=0.5, seed=0, n_resamples=200)
+    for row in frame.to_dict("records"):
+        assert row["delta"] == 0 and row["delta_low"] == 0 and row["delta_high"] == 0 and row["p_value"] == 1
+
+
+def test_without_a_threshold_accuracy_is_undefined_with_its_reason():
+    y, clean = binormal()
+    accuracy = rows_by_metric(robustness_rows(y, clean, {("haze", 1): clean}, None, seed=0,
+                                              n_resamples=100))["accuracy@youden"]
+    assert np.isnan(accuracy["delta"]) and np.isnan(accuracy["ci_low"]) and "Youden" in accuracy["reason"]
+
+
+def test_scores_of_another_length_are_refused():
+    y, clean = binormal()
+    with pytest.raises(ValueError, match="haze at severity 2: 399 degraded scores for 400 images"):
+        robustness_rows(y, clean, {("haze", 2): clean[:-1]}, None, seed=0)

@@ -25,6 +25,7 @@ from focus_dagster.version import code_version
 from resources import DatasetRoots, FocusStorage, ModelHub, layout
 
 ROBUSTNESS_JOB = "focus_robustness"
+ROBUSTNESS_SUMMARY_JOB = "focus_robustness_summary"
 
 DEGRADED_DESCRIPTION = (
     "Embeddings of the test images under graded fundus degradations (focus_dagster/degradations, versioned "
@@ -42,6 +43,12 @@ ROBUSTNESS_DESCRIPTION = (
     "AUROC's relative drop (focus_dagster/evaluation/robustness.py). Table "
     f"`{layout.ROBUSTNESS}`; every row names the registry version and the degradation's parameters."
 )
+SUMMARY_DESCRIPTION = (
+    "One row per configuration over its degradations and severities (focus_dagster/evaluation/robustness.py, "
+    "`robustness_summary`): the mean relative AUROC drop and the quality axis (1 - that mean), the worst degradation, "
+    "and ImageNet-C's mean corruption error with 1 - AUROC as the error, normalised per degradation by the baseline "
+    f"model's configuration on the same dataset, task and method (below 1: more robust). Table `{layout.ROBUSTNESS_SUMMARY}`."
+)
 
 
 def definitions(registered: Registered) -> dg.Definitions:
@@ -54,8 +61,18 @@ def definitions(registered: Registered) -> dg.Definitions:
         ROBUSTNESS_JOB, selection=dg.AssetSelection.assets(layout.DEGRADED_EMBEDDINGS_ASSET, layout.ROBUSTNESS_METRICS),
         partitions_def=partitions, description="Degraded embeddings and robustness metrics of one encoder on one "
                                                "dataset, in one run.")
-    return dg.Definitions(assets=[_degraded_asset(partitions, registered, plan), _robustness_asset(partitions, plan)],
-                          jobs=[job])
+    summary_job = dg.define_asset_job(ROBUSTNESS_SUMMARY_JOB, selection=dg.AssetSelection.assets(
+        layout.ROBUSTNESS_SUMMARY_ASSET), description="The robustness summary over every configuration.")
+    return dg.Definitions(assets=[_degraded_asset(partitions, registered, plan), _robustness_asset(partitions, plan),
+                                  _summary_asset(baseline_model(registered))], jobs=[job, summary_job])
+
+
+def baseline_model(registered: Registered) -> str | None:
+    """The model every mCE is normalised by: the first selected encoder that is not a pipeline check (the order of
+    focus.yaml), else the first encoder. Stated in every summary row (`ce_baseline`) and the asset's metadata."""
+    encoders = registered.models(ENCODERS)
+    real = [model for model in encoders if not registered.specs[model].is_pipeline_check]
+    return (real or encoders or [None])[0]
 
 
 def described(plan: DegradationPlan) -> list[dict]:
@@ -175,3 +192,33 @@ def _robustness_asset(partitions: dg.MultiPartitionsDefinition, plan: Degradatio
         }, data_version=data_version(stamp))
 
     return robustness_metrics
+
+
+def _summary_asset(baseline: str | None):
+    @dg.asset(
+        deps=[layout.ROBUSTNESS_METRICS],
+        group_name=EVALUATION_GROUP,
+        kinds={"parquet"},
+        automation_condition=GATED_EAGER,
+        description=SUMMARY_DESCRIPTION,
+    )
+    def robustness_summary(context: dg.AssetExecutionContext, storage: FocusStorage) -> dg.MaterializeResult:
+        from focus_dagster.evaluation.robustness import robustness_summary as summarise
+
+        [rows], current = storage.read_tables_with_lineage([layout.ROBUSTNESS])
+        if rows is None:
+            raise dg.Failure(f"no robustness rows yet ({layout.ROBUSTNESS}): materialise `robustness_metrics` for at "
+                             "least one encoder and dataset first (the demo does, or select it in the UI).")
+        summary = summarise(rows, baseline)
+        # What was read, as the stamp ids of every robustness partition in the snapshot the rows came from.
+        read = {key: stamp_id for key, stamp_id in current.items() if key.startswith(f"{layout.ROBUSTNESS_METRICS}[")}
+        stamp = lineage.stamp(layout.ROBUSTNESS_SUMMARY_ASSET, None, context.run_id, lineage.frame_version(summary),
+                              code_version=code_version(), robustness_stamps=read, baseline=baseline)
+        storage.replace_table(layout.ROBUSTNESS_SUMMARY, summary, stamp=stamp)
+        return dg.MaterializeResult(metadata={
+            "dagster/row_count": len(summary), "ce_baseline": baseline or "none",
+            "configurations_with_mce": int(summary["mce"].notna().sum()) if len(summary) else 0,
+            "lineage_version": stamp["version"],
+        }, data_version=data_version(stamp))
+
+    return robustness_summary

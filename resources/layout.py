@@ -45,6 +45,7 @@ QUALITY_METRICS = "quality_metrics"
 # The asset of each metric axis that has one; its rows in METRICS are under axis_partition(dataset, axis).
 AXIS_ASSETS = {"fairness": FAIRNESS_METRICS, "quality": QUALITY_METRICS}
 ROBUSTNESS_METRICS = "robustness_metrics"
+ROBUSTNESS_SUMMARY_ASSET = "robustness_summary"
 CROSS_DATASET_METRICS = "cross_dataset_metrics"
 MODEL_COMPARISONS = "model_comparisons"
 LORA_EFFECTS_ASSET = "lora_effects"
@@ -93,6 +94,8 @@ LORA_SUMMARY = Table("metrics", "lora_summary")
 COMPARISONS = Table("metrics", "comparisons")
 # Each configuration's metrics on degraded test images against its clean ones (robustness_metrics).
 ROBUSTNESS = Table("metrics", "robustness", "partition")
+# One row per configuration over its degradations: mean relative AUROC drop, the worst, mCE (robustness_summary).
+ROBUSTNESS_SUMMARY = Table("metrics", "robustness_summary")
 # The group attributes of each dataset's test images (sex, age, quality, camera) the fairness and quality axes use.
 ATTRIBUTES = Table("labels", "attributes", "dataset")
 # Lineage (focus_dagster/lineage.py): every stamp written with a table partition, by id, and the stamp of what
@@ -103,7 +106,7 @@ CURRENT = Table("lineage", "current")
 CURRENT_STAMP_SQL = (f"SELECT s.stamp FROM {CURRENT.qualified} c JOIN {STAMPS.qualified} s USING (stamp_id) "
                      "WHERE c.asset = ? AND c.partition = ?")
 TABLES = (QUARANTINE, UNLISTED_IMAGES, IMAGE_NOTES, LABELS, LABEL_REJECTS, ATTRIBUTES, ZERO_SHOT, SAMPLES, UNAVAILABLE, METRICS,
-          LORA_EFFECTS, LORA_SUMMARY, COMPARISONS, ROBUSTNESS, STAMPS, CURRENT)
+          LORA_EFFECTS, LORA_SUMMARY, COMPARISONS, ROBUSTNESS, ROBUSTNESS_SUMMARY, STAMPS, CURRENT)
 
 # The partition of the cross-dataset rows in SAMPLES and METRICS (not a dataset).
 CROSS_PARTITION = "cross"

@@ -116,3 +116,68 @@ def _by_image_set(scored: pd.DataFrame, degraded: pd.DataFrame, probe: Probe) ->
         scores = probe.score(np.stack(both["embedding"].to_numpy()).astype(np.float64))
         groups.setdefault(tuple(both["image_id"]), {})[(key[0], int(key[1]))] = scores
     return groups
+
+
+# ------------------------------------------------------------------------------------------------- summary
+
+SUMMARY_COLUMNS = ["model", "dataset", "task", "method", "variants", "mean_relative_drop", "quality_axis",
+                   "worst_degradation", "worst_severity", "worst_relative_drop", "ce_baseline", "mce", "mce_reason"]
+
+
+def robustness_summary(rows: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
+    """One row per configuration from its robustness rows (AUROC only):
+    - `mean_relative_drop`: the mean of AUROC's relative drop over every degradation and severity it has, and
+      `quality_axis` = 1 - that (the arena's quality axis where no publisher graded quality);
+    - the worst (degradation, severity) and its relative drop;
+    - `mce`: ImageNet-C's mean corruption error (Hendrycks & Dietterich 2019) with AUROC's complement as the error:
+      for each degradation, the configuration's summed 1 - AUROC over the severities both have, divided by the same
+      sum of the `baseline` model's configuration on the same dataset, task and method; then the mean over the
+      degradations. Below 1: more robust than the baseline. Null, with the reason, when the baseline has no such
+      configuration or no degradation in common (`mce_reason`)."""
+    auroc = rows[(rows["metric"] == "auroc") & rows["degraded"].notna()]
+    keys = ["model", "dataset", "task", "method"]
+    out = [_summary_row(config, group, _baseline_rows(auroc, config, baseline), baseline)
+           for config, group in auroc.groupby(keys, sort=True)]
+    return pd.DataFrame(out, columns=SUMMARY_COLUMNS)
+
+
+def _baseline_rows(auroc: pd.DataFrame, config: tuple, baseline: str | None) -> pd.DataFrame | None:
+    if baseline is None:
+        return None
+    _, dataset, task, method = config
+    rows = auroc[(auroc["model"] == baseline) & (auroc["dataset"] == dataset) & (auroc["task"] == task)
+                 & (auroc["method"] == method)]
+    return rows if len(rows) else None
+
+
+def _summary_row(config: tuple, group: pd.DataFrame, base: pd.DataFrame | None, baseline: str | None) -> dict:
+    drops = group["relative_drop"].astype(float)
+    worst = group.loc[drops.idxmax()] if drops.notna().any() else None
+    mean_drop = float(drops.mean()) if drops.notna().any() else None
+    mce, reason = _mce(group, base, baseline)
+    return dict(zip(["model", "dataset", "task", "method"], config), variants=len(group),
+                mean_relative_drop=mean_drop, quality_axis=None if mean_drop is None else 1 - mean_drop,
+                worst_degradation=None if worst is None else worst["degradation"],
+                worst_severity=None if worst is None else int(worst["severity"]),
+                worst_relative_drop=None if worst is None else float(worst["relative_drop"]),
+                ce_baseline=baseline, mce=mce, mce_reason=reason)
+
+
+def _mce(group: pd.DataFrame, base: pd.DataFrame | None, baseline: str | None) -> tuple[float | None, str | None]:
+    if baseline is None:
+        return None, "no baseline model stated"
+    if base is None:
+        return None, f"the baseline {baseline} has no robustness rows for this dataset, task and method"
+    errors = group.assign(error=1 - group["degraded"]).set_index(["degradation", "severity"])["error"]
+    base_errors = base.assign(error=1 - base["degraded"]).set_index(["degradation", "severity"])["error"]
+    shared = errors.index.intersection(base_errors.index)
+    ratios = []
+    for degradation in sorted(set(shared.get_level_values(0))):
+        severities = shared[shared.get_level_values(0) == degradation]
+        denominator = float(base_errors.loc[severities].sum())
+        if denominator > 0:
+            ratios.append(float(errors.loc[severities].sum()) / denominator)
+    if not ratios:
+        return None, (f"no degradation in common with the baseline {baseline}, or the baseline's AUROC is 1 under "
+                      "each (its error sums to 0)")
+    return float(np.mean(ratios)), None

@@ -108,6 +108,7 @@ def _demo(options: DemoOptions) -> int:
             summary = runner.execute(defs.resolve_job_def(SUMMARY_JOB))
             failures += [] if summary.success else [f"{SUMMARY_JOB}: {_failure_message(summary)}"]
             say("cross-dataset matrix and leaderboard")
+            failures += _run_robustness_summary(defs, job_names, runner)
             failures += _run_lora_effects(defs, job_names, runner) if options.lora else []
             failures += _run_report(defs, runner)
         except Stop as stop:
@@ -232,11 +233,12 @@ def _stage_names() -> dict[str, str]:
     from assets.mllm import TOKEN_PROBABILITIES_JOB
     from assets.models import ZERO_SHOT_JOB
     from assets.report import REPORT_JOB
-    from assets.robustness import ROBUSTNESS_JOB
+    from assets.robustness import ROBUSTNESS_JOB, ROBUSTNESS_SUMMARY_JOB
 
     return {OBSERVE_JOB: "releases", DATA_LAYER_JOB: "data layer", ENCODER_JOB: "embeddings+probes",
             ROBUSTNESS_JOB: "robustness", ZERO_SHOT_JOB: "zero-shot", TOKEN_PROBABILITIES_JOB: "yes/no scores", LORA_ADAPTERS_JOB: "lora training",
             ADAPTED_SCORES_JOB: "adapted scores", EVALUATION_JOB: "metrics", SUMMARY_JOB: "leaderboard",
+            ROBUSTNESS_SUMMARY_JOB: "robustness summary",
             LORA_EFFECTS_JOB: "lora effects", REPORT_JOB: "arena report"}
 
 
@@ -377,6 +379,17 @@ def _run_partition(job, model: str, dataset: str, runner: Runner):
 
 def _job_models(job) -> list[str]:
     return job.partitions_def.get_partitions_def_for_dimension("model").get_partition_keys()
+
+
+def _run_robustness_summary(defs, job_names: set[str], runner: Runner) -> list[str]:
+    """The robustness summary over every configuration, when the graph has robustness (`degradations:`)."""
+    from assets.robustness import ROBUSTNESS_SUMMARY_JOB
+
+    if ROBUSTNESS_SUMMARY_JOB not in job_names:
+        return []
+    result = runner.execute(defs.resolve_job_def(ROBUSTNESS_SUMMARY_JOB))
+    say("robustness summary (mean relative AUROC drop, mCE)")
+    return [] if result.success else [f"{ROBUSTNESS_SUMMARY_JOB}: {_failure_message(result)}"]
 
 
 def _run_model_job(job, what: str, datasets: list[str], runner: Runner, specs: dict) -> list[str]:

@@ -92,3 +92,18 @@ def test_a_second_run_reuses_the_degraded_shards(world):
     assert again["shards_reused"] >= 1
     first = pd.read_parquet(config.artifacts / "degraded_embeddings" / "tiny_vit" / "brset.parquet")
     assert again["dagster/row_count"] == len(first)
+
+
+def test_the_summary_has_a_row_per_configuration_with_its_mean_drop_and_mce_against_the_baseline(world):
+    from assets.robustness import ROBUSTNESS_SUMMARY_JOB
+
+    config, defs, instance, _ = world
+    meta = materialisation_metadata(defs.resolve_job_def(ROBUSTNESS_SUMMARY_JOB).execute_in_process(instance=instance))
+    with table_views(config) as con:
+        summary = con.execute("SELECT * FROM metrics.robustness_summary").df()
+        rows = con.execute("SELECT * FROM metrics.robustness WHERE metric = 'auroc'").df()
+    assert meta["ce_baseline"] == "tiny_vit" and len(summary) == rows["task"].nunique()
+    for row in summary.itertuples():
+        mine = rows[rows["task"] == row.task]
+        assert row.variants == 4 and row.mean_relative_drop == pytest.approx(mine["relative_drop"].mean())
+        assert row.mce == pytest.approx(1.0)  # the only encoder is its own baseline

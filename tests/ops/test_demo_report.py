@@ -88,7 +88,7 @@ def test_the_demo_prints_each_steps_progress_as_it_runs_and_the_time_of_every_st
     assert re.fullmatch(r"  time per stage: releases \d+s, data layer \d+s \(2 runs\), embeddings\+probes \d+s \(4 runs\), "
                         r"robustness \d+s \(4 runs\), zero-shot \d+s \(2 runs\), yes/no scores \d+s \(2 runs\), "
                         r"lora training \d+s, adapted scores \d+s \(2 runs\), metrics \d+s \(2 runs\), leaderboard \d+s, "
-                        r"lora effects \d+s, arena report \d+s", stages), stages
+                        r"robustness summary \d+s, lora effects \d+s, arena report \d+s", stages), stages
 
 
 def test_the_demo_leaderboard_ranks_the_real_encoder_first_and_marks_pipeline_checks(demo):

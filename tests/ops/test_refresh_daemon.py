@@ -26,13 +26,14 @@ SETTLE_TICKS = 3  # consecutive ticks that request nothing, with no run waiting 
 LABELS_FILE = Path("B. Disease Grading") / "2. Groundtruths" / "a. IDRiD_Disease Grading_Training Labels.csv"
 REFRESHED = {"dataset_records", "harmonised_labels", "label_rejects", "image_embeddings", "probe_predictions",
              "predictions", "metrics", "group_attributes", "fairness_metrics", "quality_metrics",
-             "cross_dataset_metrics", "leaderboard", "arena_report", "degraded_embeddings", "robustness_metrics"}
+             "cross_dataset_metrics", "leaderboard", "arena_report", "degraded_embeddings", "robustness_metrics",
+             "robustness_summary"}
 # (downstream, upstream): what the refresh leaves of the first was computed after the last run of the second
 # had ended (the first's last run started after the second's last run ended).
 ORDER = [("leaderboard", "metrics"), ("leaderboard", "cross_dataset_metrics"), ("arena_report", "metrics"),
          ("arena_report", "fairness_metrics"), ("predictions", "probe_predictions"),
          ("probe_predictions", "image_embeddings"), ("robustness_metrics", "degraded_embeddings"),
-         ("robustness_metrics", "probe_predictions")]
+         ("robustness_metrics", "probe_predictions"), ("robustness_summary", "robustness_metrics")]
 # Dagster's run queue, as the daemon of this test looks at it: every second rather than Dagster's default 5 s. Each
 # step of the refresh (a tick requests a run, the queue launches it, the next tick sees it end) waited up to those
 # 5 s for nothing the test proves: what runs, and in which order, is the sensor's doing.

@@ -65,3 +65,39 @@ def test_scores_of_another_length_are_refused():
     y, clean = binormal()
     with pytest.raises(ValueError, match="haze at severity 2: 399 degraded scores for 400 images"):
         robustness_rows(y, clean, {("haze", 2): clean[:-1]}, None, seed=0)
+
+
+def summary_rows() -> "pd.DataFrame":
+    """Two models on one dataset, task and method; the baseline A. Values chosen so the figures are exact by hand."""
+    import pandas as pd
+
+    base = {"dataset": "brset", "task": "any_dr", "method": "linear_probe", "metric": "auroc"}
+    rows = [("A", "blur", 1, 0.90, 0.10), ("A", "blur", 3, 0.80, 0.20), ("A", "jpeg", 3, 0.85, 0.15),
+            ("B", "blur", 1, 0.95, 0.02), ("B", "blur", 3, 0.90, 0.06), ("B", "jpeg", 3, 0.70, 0.22),
+            ("B", "haze", 3, 0.75, 0.18)]  # haze: the baseline has none, so it is left out of B's mCE
+    frame = pd.DataFrame([{**base, "model": m, "degradation": d, "severity": s, "degraded": auroc,
+                           "relative_drop": drop} for m, d, s, auroc, drop in rows])
+    ece = frame.assign(metric="ece", degraded=0.1, relative_drop=None)  # not AUROC: ignored by the summary
+    return pd.concat([frame, ece], ignore_index=True)
+
+
+def test_the_summary_is_imagenet_cs_mce_with_auroc_error_and_the_mean_relative_drop():
+    from focus_dagster.evaluation.robustness import robustness_summary
+
+    summary = robustness_summary(summary_rows(), baseline="A").set_index("model")
+    # B: blur (0.05 + 0.10) / (0.10 + 0.20) = 0.5; jpeg 0.30 / 0.15 = 2.0; mean 1.25. A against itself: 1.
+    assert summary.loc["B", "mce"] == pytest.approx(1.25) and summary.loc["A", "mce"] == pytest.approx(1.0)
+    assert summary.loc["B", "mean_relative_drop"] == pytest.approx((0.02 + 0.06 + 0.22 + 0.18) / 4)
+    assert summary.loc["B", "quality_axis"] == pytest.approx(1 - 0.12)
+    assert (summary.loc["B", "worst_degradation"], summary.loc["B", "worst_severity"]) == ("jpeg", 3)
+    assert summary.loc["B", "variants"] == 4 and summary.loc["B", "ce_baseline"] == "A"
+
+
+def test_without_the_baseline_the_mce_is_null_with_its_reason():
+    from focus_dagster.evaluation.robustness import robustness_summary
+
+    rows = summary_rows()
+    summary = robustness_summary(rows[rows["model"] == "B"], baseline="A").set_index("model")
+    assert summary.loc["B", "mce"] is None or np.isnan(summary.loc["B", "mce"])
+    assert "baseline A has no robustness rows" in summary.loc["B", "mce_reason"]
+    assert robustness_summary(rows, baseline=None)["mce_reason"].eq("no baseline model stated").all()

@@ -342,7 +342,7 @@ def test_the_graph_labels_every_row_as_written_by_hand(demo):
     assert sorted(map(tuple, quarantine.to_numpy())) == sorted((f"img/{r[0]}", c) for r, (c, _) in clinic_export.BAD)
 
 
-def test_every_interface_transfer_fairness_quality_and_lora_reach_the_declared_dataset(demo):
+def test_every_interface_transfer_fairness_quality_robustness_and_lora_reach_the_declared_dataset(demo):
     home, _, out, _ = demo
     methods = _query(home, "SELECT DISTINCT method FROM metrics.values WHERE dataset = 'clinic' AND axis = "
                            "'performance' AND value IS NOT NULL")["method"]
@@ -356,6 +356,9 @@ def test_every_interface_transfer_fairness_quality_and_lora_reach_the_declared_d
     domains = _query(home, "SELECT DISTINCT domain, dataset FROM metrics.lora_effects ORDER BY domain")
     assert list(map(tuple, domains.to_numpy())) == [("in_domain", "clinic"), ("out_of_domain", "messidor_2")]
     assert "lora adapter      tiny_llava.clinic.any_dr" in out
+    robust = _query(home, "SELECT DISTINCT degradation FROM metrics.robustness WHERE dataset = 'clinic' "
+                          "AND metric = 'auroc' AND degraded IS NOT NULL")["degradation"]
+    assert len(robust) >= 1, "no degraded AUROC on the declared dataset"
     report = (home / "artifacts" / "reports" / "arena" / "index.html").read_text()
     assert "clinic" in report
 

@@ -26,13 +26,14 @@ pytestmark = pytest.mark.heavy(100)  # seconds on a quiet 2-core machine: starte
 
 DATASETS = ("idrid", "papila", "g1020")
 MODELS = ("tiny_vit", "tiny_clip", "tiny_llava")  # one per interface, seeded: fast on a CPU
-AGGREGATES = {"cross_dataset_metrics", "leaderboard", "arena_report"}
+AGGREGATES = {"cross_dataset_metrics", "leaderboard", "arena_report", "robustness_summary"}
 # The graph in dependency order: a refreshed dataset must reach all of these.
 CHAIN = ["dataset_records", "harmonised_labels", "image_embeddings", "probe_predictions", "predictions", "metrics",
          "leaderboard", "arena_report"]
 EVERY_ASSET = {"dataset_records", "harmonised_labels", "label_rejects", "yes_no_questions", "image_embeddings",
                "zero_shot_scores", "token_probabilities", "probe_predictions", "predictions", "metrics",
-               "cross_dataset_metrics", "leaderboard", "arena_report"}
+               "cross_dataset_metrics", "leaderboard", "arena_report", "degraded_embeddings", "robustness_metrics",
+               "robustness_summary"}
 EVERY_CHECK = {"dataset_records:quarantine_rate", "harmonised_labels:label_values", "harmonised_labels:rule_consistency",
                "harmonised_labels:split_leakage", "harmonised_labels:row_accounting",
                "harmonised_labels:referable_implies_any_dr", "harmonised_labels:metadata_coverage",

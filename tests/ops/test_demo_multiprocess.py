@@ -36,7 +36,8 @@ def setting(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("demo_multiprocess")
     synthesize(tmp / "data", ["idrid"], per_dataset=8, seed=0, scale=0.05, workers=1)
     (tmp / "focus.yaml").write_text(f"datasets: {{idrid: {tmp / 'data' / 'idrid'}, papila: synthetic}}\n"
-                                    "models: [tiny_vit, tiny_clip]\nexecutor: multiprocess\nlora: {models: []}\n")
+                                    "models: [tiny_vit, tiny_clip]\nexecutor: multiprocess\nlora: {models: []}\n"
+                                    "degradations: false\n")
     env = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
     env.update(FOCUS_HOME=str(tmp / "home"), FOCUS_CONFIG=str(tmp / "focus.yaml"), DAGSTER_DISABLE_TELEMETRY="1",
                PYTHONPATH=str(REPO_ROOT))

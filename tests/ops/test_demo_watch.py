@@ -92,7 +92,8 @@ def test_a_small_demo_completes_on_a_loaded_machine(tmp_path):
     from focus_dagster.synthetic import synthesize
 
     synthesize(tmp_path / "data", ["idrid"], per_dataset=8, seed=0, scale=0.05, workers=1)
-    (tmp_path / "focus.yaml").write_text(f"datasets: {{idrid: {tmp_path / 'data' / 'idrid'}}}\nmodels: [tiny_vit]\n")
+    (tmp_path / "focus.yaml").write_text(f"datasets: {{idrid: {tmp_path / 'data' / 'idrid'}}}\nmodels: [tiny_vit]\n"
+                                         "degradations: false\n")
     env = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
     env.update(FOCUS_HOME=str(tmp_path / "home"), FOCUS_CONFIG=str(tmp_path / "focus.yaml"),
                DAGSTER_DISABLE_TELEMETRY="1")

@@ -43,6 +43,7 @@ datasets: {idrid: synthetic, messidor_2: synthetic}
 models: [tiny_vit]
 synthetic: {per_dataset: 24, seed: 3, scale: 0.04}
 release: {refresh_seconds: 2}
+degradations: false
 """
 # The same configuration with a process per step, for the runs of the command line. The demo runs in process: a
 # process per step would start Python with Dagster and torch for each of its ~26 steps (over two minutes on two

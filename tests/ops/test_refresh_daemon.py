@@ -26,14 +26,12 @@ SETTLE_TICKS = 3  # consecutive ticks that request nothing, with no run waiting 
 LABELS_FILE = Path("B. Disease Grading") / "2. Groundtruths" / "a. IDRiD_Disease Grading_Training Labels.csv"
 REFRESHED = {"dataset_records", "harmonised_labels", "label_rejects", "image_embeddings", "probe_predictions",
              "predictions", "metrics", "group_attributes", "fairness_metrics", "quality_metrics",
-             "cross_dataset_metrics", "leaderboard", "arena_report", "degraded_embeddings", "robustness_metrics",
-             "robustness_summary"}
+             "cross_dataset_metrics", "leaderboard", "arena_report"}
 # (downstream, upstream): what the refresh leaves of the first was computed after the last run of the second
 # had ended (the first's last run started after the second's last run ended).
 ORDER = [("leaderboard", "metrics"), ("leaderboard", "cross_dataset_metrics"), ("arena_report", "metrics"),
          ("arena_report", "fairness_metrics"), ("predictions", "probe_predictions"),
-         ("probe_predictions", "image_embeddings"), ("robustness_metrics", "degraded_embeddings"),
-         ("robustness_metrics", "probe_predictions"), ("robustness_summary", "robustness_metrics")]
+         ("probe_predictions", "image_embeddings")]
 # Dagster's run queue, as the daemon of this test looks at it: every second rather than Dagster's default 5 s. Each
 # step of the refresh (a tick requests a run, the queue launches it, the next tick sees it end) waited up to those
 # 5 s for nothing the test proves: what runs, and in which order, is the sensor's doing.
@@ -49,11 +47,13 @@ LABEL_CHECKS = {"quarantine_rate", "label_values", "rule_consistency", "split_le
 
 @pytest.fixture
 def home(synth_all, tmp_path, monkeypatch):
-    """IDRiD and PAPILA with the seeded tiny ViT, built by `focus demo`; the sensor ticks every 2 seconds."""
+    """IDRiD and PAPILA with the seeded tiny ViT, built by `focus demo`; the sensor ticks every 2 seconds. Without
+    the robustness assets: each run the daemon launches loads the code location in a process of its own, and their
+    three runs per refresh doubled this test for nothing it proves (tests/graph/test_refresh.py follows them)."""
     out, _ = synth_all
     roots = {key: copy_tree(out / key, tmp_path / key) for key in ("idrid", "papila")}
     config = tmp_path / "focus.yaml"
-    config.write_text("datasets: {%s}\nmodels: [tiny_vit]\nrelease: {refresh_seconds: 2}\n"
+    config.write_text("datasets: {%s}\nmodels: [tiny_vit]\nrelease: {refresh_seconds: 2}\ndegradations: false\n"
                       % ", ".join(f"{k}: {v}" for k, v in roots.items()))
     env = {"FOCUS_HOME": str(tmp_path / "home"), "FOCUS_CONFIG": str(config), "DAGSTER_DISABLE_TELEMETRY": "1"}
     for key, value in env.items():

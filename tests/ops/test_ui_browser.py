@@ -51,7 +51,7 @@ def home(synth_all, tmp_path_factory):
     roots = {key: copy_tree(out / key, tmp / key) for key in DATASETS}
     config = tmp / "focus.yaml"
     # refresh_seconds: long, so that the UI's daemon observes nothing while the test looks.
-    config.write_text("datasets: {%s}\nmodels: [tiny_vit]\nrelease: {refresh_seconds: 3600}\n"
+    config.write_text("datasets: {%s}\nmodels: [tiny_vit]\nrelease: {refresh_seconds: 3600}\ndegradations: false\n"
                       % ", ".join(f"{k}: {v}" for k, v in roots.items()))
     env = {"FOCUS_HOME": str(tmp / "home"), "FOCUS_CONFIG": str(config), "DAGSTER_DISABLE_TELEMETRY": "1"}
     original = rules.RULES["brset"]

@@ -137,6 +137,12 @@ def _questions_table(questions) -> str:
     return "\n".join(lines)
 
 
+def yes_no_inputs() -> list[dg.AssetDep]:
+    """What a yes/no scoring step reads: its dataset's questions and labels."""
+    return [dg.AssetDep(layout.YES_NO_QUESTIONS, partition_mapping=BY_DATASET),
+            dg.AssetDep(layout.HARMONISED_LABELS, partition_mapping=BY_DATASET)]
+
+
 def _token_probabilities_asset(partitions: dg.MultiPartitionsDefinition, registered: Registered):
     book = registered.questions
 
@@ -144,8 +150,7 @@ def _token_probabilities_asset(partitions: dg.MultiPartitionsDefinition, registe
         registered,
         partitions_def=partitions,
         kinds={"parquet"},
-        deps=[dg.AssetDep(layout.YES_NO_QUESTIONS, partition_mapping=BY_DATASET),
-              dg.AssetDep(layout.HARMONISED_LABELS, partition_mapping=BY_DATASET)],
+        deps=yes_no_inputs(),
         group_name=MODEL_GROUP,
         automation_condition=GATED_EAGER,
         description=TOKEN_PROBABILITIES_DESCRIPTION,
@@ -159,7 +164,7 @@ def _token_probabilities_asset(partitions: dg.MultiPartitionsDefinition, registe
         model_id, dataset = model_and_dataset(context)
         labels, labels_stamp = storage.read_stamped_labels(dataset)
         asked, questions_stamp = storage.read_stamped_parquet(layout.questions_file(dataset))
-        tasks = _checked_tasks(asked, dataset, book)
+        tasks = checked_tasks(asked, dataset, book)
         device = pick_device()
         mllm = models.load(model_id, device, MLLMS)  # a refused load fails the checkpoint audit (assets/gpu.py)
         output = YesNoOutput(layout.TOKEN_PROBABILITIES_ASSET, layout.TOKEN_PROBABILITIES, model_id, dataset)
@@ -190,23 +195,11 @@ def score_yes_no(context, output: YesNoOutput, mllm, datasets: DatasetRoots, sto
     """Score every image of `labels` with `mllm` on `tasks` (the batched first-token path), write the
     probabilities with their lineage (`inputs`: the stamps read; `facts`: what else identifies the scores) and
     the unreadable images beside them; returns the materialisation metadata and the stamp written."""
-    from focus_dagster.inference.engine import run_fingerprint, run_on_images
-    from focus_dagster.inference.yes_no import probabilities_frame, yes_no_scorer
-
     if mllm.tokens.excluded:
         context.log.warning(f"{output.key}: answer variants left out (not single tokens): {mllm.tokens.excluded}")
-    per_image = _questions_by_image(asked, tasks)
-    scorer = yes_no_scorer(mllm, [book.question(t, output.dataset).text for t in tasks], answer_tokens, per_image)
-    items = [item for item in image_files(datasets, output.dataset, labels) if item[0] in per_image]
-    run = run_on_images(
-        scorer, items, mllm.spec.preprocess,
-        work_dir=storage.artifact_path(output.files.shards(output.key, output.dataset)),
-        fingerprint=run_fingerprint({**_fingerprint_parts(mllm, asked.loc[asked["task"].isin(tasks)], answer_tokens),
-                                     **(fingerprint or {})}),
-        device=device, progress=context.log.info, pass_ids=True,
-        what=f"yes/no scores {output.key}@{output.dataset} ({len(tasks)} questions per image)",
-    )
-    frame = probabilities_frame(run.image_ids, run.outputs, tasks, asked, mllm.processor.tokenizer)
+    frame, run = yes_no_run(context, mllm, datasets, book, labels, asked, tasks, device, answer_tokens,
+                            storage.artifact_path(output.files.shards(output.key, output.dataset)), output.dataset,
+                            what=f"yes/no scores {output.key}@{output.dataset}", fingerprint=fingerprint)
     stamp = model_output_stamp(output.asset, output.key, output.dataset, context.run_id, frame, mllm, **inputs,
                                answer_tokens=answer_tokens, **(facts or {}))
     path, sha = storage.write_parquet(output.files.file(output.key, output.dataset), frame, stamp)
@@ -215,7 +208,29 @@ def score_yes_no(context, output: YesNoOutput, mllm, datasets: DatasetRoots, sto
     return _probability_metadata(mllm, run, frame, output.dataset, book, path, sha), stamp
 
 
-def _checked_tasks(asked: pd.DataFrame, dataset: str, book: QuestionBook) -> list[str]:
+def yes_no_run(context, mllm, datasets: DatasetRoots, book: QuestionBook, labels: pd.DataFrame, asked: pd.DataFrame,
+               tasks: list[str], device: str, answer_tokens: int, work_dir, dataset: str, what: str,
+               fingerprint: dict | None = None, alteration=None):
+    """The batched first-token path over the images of `labels` that have questions: (probabilities frame, run).
+    `alteration` (a degradation) changes each decoded image before the model's preprocessing; its shards are then
+    keyed by it as well."""
+    from focus_dagster.inference.engine import run_fingerprint, run_on_images
+    from focus_dagster.inference.yes_no import probabilities_frame, yes_no_scorer
+
+    per_image = _questions_by_image(asked, tasks)
+    scorer = yes_no_scorer(mllm, [book.question(t, dataset).text for t in tasks], answer_tokens, per_image)
+    items = [item for item in image_files(datasets, dataset, labels) if item[0] in per_image]
+    run = run_on_images(
+        scorer, items, mllm.spec.preprocess, work_dir=work_dir,
+        fingerprint=run_fingerprint({**_fingerprint_parts(mllm, asked.loc[asked["task"].isin(tasks)], answer_tokens),
+                                     **(fingerprint or {})}),
+        device=device, progress=context.log.info, pass_ids=True, alteration=alteration,
+        what=f"{what} ({len(tasks)} questions per image)",
+    )
+    return probabilities_frame(run.image_ids, run.outputs, tasks, asked, mllm.processor.tokenizer), run
+
+
+def checked_tasks(asked: pd.DataFrame, dataset: str, book: QuestionBook) -> list[str]:
     """The tasks asked, after making sure the stored questions are the registry's and none leaks (again)."""
     refusal = questions_refusal(asked, dataset, book)
     if refusal:

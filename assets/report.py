@@ -7,6 +7,7 @@ import dagster as dg
 
 from assets.automation import GATED_EAGER
 from assets.partitions import ENCODERS, Registered
+from assets.robustness import scores_robustness
 from focus_dagster.version import code_version
 from resources import FocusStorage, layout
 
@@ -18,9 +19,11 @@ ARENA_DESCRIPTION = (
     "The arena report: one self-contained HTML page (figures embedded, nothing fetched from a network) with a PNG "
     "per figure and a CSV per table, in the artifact store at "
     f"`{layout.ARENA_REPORT_PAGE}`. Spider plots of the top six configurations per family on AUROC, AUPRC, accuracy, "
-    "1 - ECE, fairness and image-quality robustness; method means per family and task with intervals; general vs "
-    "ophthalmic vision encoders; the task cliff; multimodal LLMs' AUROC vs ECE by size and medical vs general; the "
-    "cross-dataset transfer matrix; reliability diagrams; LoRA deltas in-domain vs out-of-domain; coverage, with "
+    "1 - ECE, fairness, image-quality robustness (every dataset) and the publisher-graded quality gap; method means "
+    "per family and task with intervals; general vs ophthalmic vision encoders; the task cliff; multimodal LLMs' "
+    "AUROC vs ECE by size and medical vs general; the cross-dataset transfer matrix; reliability diagrams; "
+    "robustness curves with the most and least robust configurations; LoRA deltas in-domain vs out-of-domain; "
+    "coverage, with "
     "every empty cell's reason and every attribute below its coverage floor, with its figure. Every number "
     "carries its metric_id (`focus trace ID`); means list the ids they "
     "average in their CSV. `manifest.json` names the lineage stamp of every table partition read. "
@@ -37,6 +40,8 @@ def definitions(registered: Registered) -> dg.Definitions:
         deps.append(layout.LORA_EFFECTS_ASSET)
     if registered.compare:
         deps.append(layout.MODEL_COMPARISONS)
+    if scores_robustness(registered):
+        deps.append(layout.ROBUSTNESS_SUMMARY_ASSET)
     job = dg.define_asset_job(REPORT_JOB, selection=dg.AssetSelection.assets(layout.ARENA_REPORT_ASSET),
                               description="Build the arena report from the metric tables as they are now.")
     return dg.Definitions(assets=[_report_asset(deps, registered)], jobs=[job])
@@ -82,8 +87,9 @@ def report_inputs(storage: FocusStorage, registered: Registered):
     from focus_dagster.report.arena import ModelInfo, size_from_source
     from focus_dagster.report.build import ReportInputs
 
-    (metrics, unavailable, effects, comparisons), current = storage.read_tables_with_lineage(
-        [layout.METRICS, layout.UNAVAILABLE, layout.LORA_EFFECTS, layout.COMPARISONS])
+    (metrics, unavailable, effects, comparisons, robustness, summary), current = storage.read_tables_with_lineage(
+        [layout.METRICS, layout.UNAVAILABLE, layout.LORA_EFFECTS, layout.COMPARISONS, layout.ROBUSTNESS,
+         layout.ROBUSTNESS_SUMMARY])
     if metrics is None:
         raise dg.Failure(f"no metric table yet ({layout.METRICS}): materialise `metrics` for at least one dataset "
                          "first (the demo does, or select it in the UI).")
@@ -102,8 +108,11 @@ def report_inputs(storage: FocusStorage, registered: Registered):
     declared = set(registered.compare)
     if comparisons is not None:  # pairs no longer declared stay in the table until it is rewritten: not shown
         comparisons = comparisons[[pair in declared for pair in zip(comparisons["model_a"], comparisons["model_b"])]]
+    if not scores_robustness(registered):  # rows of an earlier configuration stay in the tables: not shown
+        robustness = summary = None
     return ReportInputs(metrics, unavailable if unavailable is not None else pd.DataFrame(), effects, models,
-                        list(registered.dataset_keys), read_samples, sources, header, comparisons, notes)
+                        list(registered.dataset_keys), read_samples, sources, header, comparisons, notes,
+                        robustness, summary)
 
 
 def _attribute_notes(stamp: dict | None) -> dict[str, list[str]]:
@@ -117,7 +126,9 @@ def _attribute_notes(stamp: dict | None) -> dict[str, list[str]]:
 # The assets whose table partitions the report reads (their lineage stamps go into its manifest); of
 # group_attributes, the coverage verdicts its stamps record (the coverage section names withheld attributes).
 READ_ASSETS = (layout.METRICS_ASSET, layout.FAIRNESS_METRICS, layout.QUALITY_METRICS, layout.CROSS_DATASET_METRICS,
-               layout.LORA_EFFECTS_ASSET, layout.PREDICTIONS, layout.MODEL_COMPARISONS, layout.GROUP_ATTRIBUTES)
+               layout.LORA_EFFECTS_ASSET, layout.PREDICTIONS, layout.MODEL_COMPARISONS, layout.GROUP_ATTRIBUTES,
+               layout.ROBUSTNESS_METRICS, layout.ZERO_SHOT_ROBUSTNESS, layout.YES_NO_ROBUSTNESS,
+               layout.ROBUSTNESS_SUMMARY_ASSET)
 
 
 def _sources(current: dict[str, str]) -> dict[str, str]:

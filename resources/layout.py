@@ -45,6 +45,9 @@ QUALITY_METRICS = "quality_metrics"
 # The asset of each metric axis that has one; its rows in METRICS are under axis_partition(dataset, axis).
 AXIS_ASSETS = {"fairness": FAIRNESS_METRICS, "quality": QUALITY_METRICS}
 ROBUSTNESS_METRICS = "robustness_metrics"
+ZERO_SHOT_ROBUSTNESS = "zero_shot_robustness"
+DEGRADED_TOKEN_PROBABILITIES_ASSET = "degraded_token_probabilities"
+YES_NO_ROBUSTNESS = "yes_no_robustness"
 ROBUSTNESS_SUMMARY_ASSET = "robustness_summary"
 CROSS_DATASET_METRICS = "cross_dataset_metrics"
 MODEL_COMPARISONS = "model_comparisons"
@@ -167,6 +170,9 @@ PROBE_SCORES = ModelOutputFiles("probe_predictions")
 PROBE_SKIPPED = ModelOutputFiles("probe_predictions", ".skipped.parquet")
 # The test images' embeddings under each degradation and severity (image_id, degradation, severity, embedding).
 DEGRADED_EMBEDDINGS = ModelOutputFiles("degraded_embeddings")
+# A multimodal LLM's yes/no probabilities on the degraded test images (token_probabilities' columns, degradation,
+# severity).
+DEGRADED_TOKEN_PROBABILITIES = ModelOutputFiles("degraded_token_probabilities")
 
 
 
@@ -198,7 +204,8 @@ ARENA_REPORT_PAGE = f"{ARENA_REPORT}/index.html"
 ARTIFACTS = (
     labels_file("<dataset>"), questions_file("<dataset>"),
     *(files.file("<model>", "<dataset>")
-      for files in (EMBEDDINGS, DEGRADED_EMBEDDINGS, TOKEN_PROBABILITIES, PROBES, PROBE_SCORES, PROBE_SKIPPED)),
+      for files in (EMBEDDINGS, DEGRADED_EMBEDDINGS, TOKEN_PROBABILITIES, DEGRADED_TOKEN_PROBABILITIES, PROBES,
+                    PROBE_SCORES, PROBE_SKIPPED)),
     ADAPTERS.adapter("<model>.<dataset>.<task>"), ADAPTERS.skipped("<model>.<dataset>.<task>"),
     ADAPTED_TOKEN_PROBABILITIES.file("<model>.<dataset>.<task>", "<dataset>"),
     LEADERBOARD_REPORT, ARENA_REPORT_PAGE,
@@ -214,6 +221,12 @@ def model_dataset_key(model: str, dataset: str) -> dg.MultiPartitionKey:
     import dagster as dg
 
     return dg.MultiPartitionKey({MODEL: model, DATASET: dataset})
+
+
+def method_robustness_key(model: str, dataset: str, method: str) -> str:
+    """The `partition` of a model's zero-shot or yes/no robustness rows in the robustness table (its probe rows
+    have `model_dataset_row_key`)."""
+    return f"{model}|{dataset}|{method}"
 
 
 def model_dataset_row_key(model: str, dataset: str) -> str:

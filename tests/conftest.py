@@ -4,6 +4,7 @@ could not run here; the helpers tests import live in tests/support/."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import pytest
@@ -31,6 +32,22 @@ def _one_thread_per_worker() -> None:
     os.environ["MKL_NUM_THREADS"] = "1"
     if "torch" in sys.modules:  # imported already by a plugin: its pool is sized, so size it again
         sys.modules["torch"].set_num_threads(1)
+
+
+def pytest_runtest_setup(item):
+    _default_sigterm()
+
+
+def _default_sigterm() -> None:
+    """SIGTERM back to its default before each test (and the fixtures it sets up first).
+
+    An xdist worker ignores SIGINT, and Dagster's in-process execution, on leaving each run, gives SIGTERM
+    whatever SIGINT has (dagster._utils.interrupts.setup_interrupt_handlers): after the worker's first run,
+    SIGTERM is ignored too, and every process a run started from a thread inherits that. Dagster's compute-log
+    `tail` then outlived its terminate() and each step's cleanup waited out two 30 s timeouts (a 5 s test took
+    65 s in the suite)."""
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -8,7 +8,9 @@ degradation at each severity (focus_dagster/degradations). A row per (degradatio
 - `delta` = degraded - clean with its paired interval (`delta_low`/`delta_high`) and two-sided p-value: both
   score vectors on the same resamples (evaluation/paired.py), so what the images share cancels and the interval
   is about the degradation alone;
-- `relative_drop` = (clean - degraded) / clean for AUROC (the quality axis' unit), null for the other metrics.
+- `relative_drop` = (clean - degraded) / clean for AUROC (the quality axis' unit), null for the other metrics;
+- `metric_id`: the number's id (`focus trace ID`), from its configuration, the axis `robustness`, the metric and
+  `<degradation>@<severity>` as its group.
 The resamples are seeded from the configuration's identity, the same for every degradation, so two degradations'
 deltas are measured on the same draws.
 """
@@ -25,12 +27,14 @@ from focus_dagster.evaluation.intervals import percentile
 from focus_dagster.evaluation.metrics import as_arrays
 from focus_dagster.evaluation.paired import paired_delta, side_points, side_replicates
 from focus_dagster.evaluation.probes import PROBE_METHOD, Probe
-from focus_dagster.evaluation.tables import configuration_seed
+from focus_dagster.evaluation.tables import configuration_seed, metric_id
 
 ROBUSTNESS_METRICS = ("auroc", "accuracy@youden", "ece")
 ROBUSTNESS_COLUMNS = ["degradation", "severity", "metric", "clean", "degraded", "ci_low", "ci_high", "delta",
                       "delta_low", "delta_high", "p_value", "relative_drop", "n", "n_pos", "reason"]
 CONFIGURATION_COLUMNS = ["model", "dataset", "task", "method"]
+ROBUSTNESS_AXIS = "robustness"  # the axis of robustness metric ids
+QUALITY_AXIS_METRIC = "quality_axis"  # the metric id of a summary row names this metric
 PROVENANCE_COLUMNS = ["registry", "parameters"]
 N_RESAMPLES = 1000
 
@@ -86,42 +90,88 @@ def probe_robustness(model: str, dataset: str, probes: dict[str, Probe], clean: 
     (`clean`, the probe step's) against its scores of the degraded test embeddings (`degraded`: image_id,
     degradation, severity, embedding), on the test images both have. `degradations`: the registry's description
     of each (degradation, severity), written into every row (`registry`, `parameters`)."""
-    described = {(d["degradation"], d["severity"]): d for d in degradations}
     parts = []
     for task, probe in sorted(probes.items()):
-        truth = labels.loc[(labels["split"] == "test") & labels[task].notna(), ["image_id", task]]
-        scored = clean[clean["task"] == task][["image_id", "score"]].merge(truth, on="image_id")
-        config = {"model": model, "dataset": dataset, "task": task, "method": PROBE_METHOD, "train_dataset": dataset}
-        for images, variants in _by_image_set(scored, degraded, probe).items():
-            common = scored.set_index("image_id").loc[list(images)]
-            rows = robustness_rows(common[task].astype(int), common["score"].to_numpy(), variants, probe.threshold,
-                                   seed=configuration_seed(config, 0), n_resamples=n_resamples)
-            parts.append(rows.assign(model=model, dataset=dataset, task=task, method=PROBE_METHOD))
-    frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=ROBUSTNESS_COLUMNS)
+        variants = {(name, int(severity)): pd.DataFrame({
+            "image_id": variant["image_id"],
+            "score": probe.score(np.stack(variant["embedding"].to_numpy()).astype(np.float64))})
+            for (name, severity), variant in degraded.groupby(["degradation", "severity"], sort=False)}
+        parts.append(_configuration_rows(model, dataset, task, PROBE_METHOD, dataset, clean, variants, labels,
+                                         probe.threshold, n_resamples))
+    return _finished(parts, degradations)
+
+
+def prompt_robustness(model: str, dataset: str, method: str, clean: pd.DataFrame,
+                      degraded: dict[tuple[str, int], pd.DataFrame], labels: pd.DataFrame, degradations: list[dict],
+                      n_resamples: int = N_RESAMPLES) -> pd.DataFrame:
+    """The robustness rows of a prompted model on one dataset (`method`: a dual encoder's `zero_shot` prompts, a
+    multimodal LLM's `yes_no` questions): its clean scores (`clean`: image_id, task, score) against the scores of
+    the same prompts on each degraded variant (`degraded`: (degradation, severity) -> image_id, task, score); an
+    image without a score (a yes/no answer with neither token) is left out of both sides. Neither method fits a
+    threshold on training images, so accuracy at a Youden threshold is undefined, with its reason; AUROC and ECE
+    are defined."""
+    parts = []
+    for task in sorted(set(clean["task"])):
+        variants = {key: frame.loc[frame["task"] == task, ["image_id", "score"]].dropna()
+                    for key, frame in degraded.items()}
+        parts.append(_configuration_rows(model, dataset, task, method, None, clean.dropna(subset=["score"]), variants,
+                                         labels, None, n_resamples))
+    return _finished(parts, degradations)
+
+
+def _configuration_rows(model: str, dataset: str, task: str, method: str, train_dataset: str | None,
+                        clean: pd.DataFrame, variants: dict[tuple[str, int], pd.DataFrame], labels: pd.DataFrame,
+                        threshold: float | None, n_resamples: int) -> pd.DataFrame | None:
+    """One configuration's rows: its clean test scores of `task` against each variant's scores (image_id, score),
+    on the labelled test images both have; variants over the same images share one clean side."""
+    truth = labels.loc[(labels["split"] == "test") & labels[task].notna(), ["image_id", task]]
+    scored = clean[clean["task"] == task][["image_id", "score"]].merge(truth, on="image_id")
+    config = {"model": model, "dataset": dataset, "task": task, "method": method, "train_dataset": train_dataset}
+    groups: dict[tuple, dict] = {}
+    for key, variant in variants.items():
+        both = scored[["image_id"]].merge(variant, on="image_id")
+        if len(both):
+            groups.setdefault(tuple(both["image_id"]), {})[key] = both["score"].to_numpy()
+    parts = []
+    for images, by_variant in groups.items():
+        common = scored.set_index("image_id").loc[list(images)]
+        rows = robustness_rows(common[task].astype(int), common["score"].to_numpy(), by_variant, threshold,
+                               seed=configuration_seed(config, 0), n_resamples=n_resamples)
+        parts.append(rows.assign(model=model, dataset=dataset, task=task, method=method, train_dataset=train_dataset))
+    return pd.concat(parts, ignore_index=True) if parts else None
+
+
+def _finished(parts: list[pd.DataFrame | None], degradations: list[dict]) -> pd.DataFrame:
+    """The rows with each degradation's description and each number's metric id, in the table's columns."""
+    described = {(d["degradation"], d["severity"]): d for d in degradations}
+    parts = [part for part in parts if part is not None]
+    frame = (pd.concat(parts, ignore_index=True) if parts
+             else pd.DataFrame(columns=CONFIGURATION_COLUMNS + ["train_dataset"] + ROBUSTNESS_COLUMNS))
     keys = list(zip(frame["degradation"], frame["severity"]))
     frame["registry"] = [described[key]["registry"] for key in keys]
     frame["parameters"] = [json.dumps(described[key], sort_keys=True) for key in keys]
-    columns = CONFIGURATION_COLUMNS + ROBUSTNESS_COLUMNS + PROVENANCE_COLUMNS
+    frame.insert(0, "metric_id", [
+        robustness_metric_id(model, dataset, task, method, train, metric, f"{name}@{severity}")
+        for model, dataset, task, method, train, metric, name, severity in zip(
+            frame["model"], frame["dataset"], frame["task"], frame["method"], frame["train_dataset"], frame["metric"],
+            frame["degradation"], frame["severity"])])
+    columns = ["metric_id"] + CONFIGURATION_COLUMNS + ROBUSTNESS_COLUMNS + PROVENANCE_COLUMNS
     return frame.reindex(columns=columns)
 
 
-def _by_image_set(scored: pd.DataFrame, degraded: pd.DataFrame, probe: Probe) -> dict[tuple, dict]:
-    """The probe's scores of each degraded variant on the test images it shares with the clean scores, grouped by
-    that set of images: variants over the same images share one clean side (and its resamples)."""
-    groups: dict[tuple, dict] = {}
-    for key, variant in degraded.groupby(["degradation", "severity"], sort=False):
-        both = scored[["image_id"]].merge(variant[["image_id", "embedding"]], on="image_id")
-        if both.empty:
-            continue
-        scores = probe.score(np.stack(both["embedding"].to_numpy()).astype(np.float64))
-        groups.setdefault(tuple(both["image_id"]), {})[(key[0], int(key[1]))] = scores
-    return groups
+def robustness_metric_id(model: str, dataset: str, task: str, method: str, train_dataset: str | None, metric: str,
+                         group: str = "") -> str:
+    """The id of a robustness number: its configuration, the axis `robustness`, the metric, and the group
+    (`<degradation>@<severity>` for a row; none for a configuration's summary)."""
+    config = {"model": model, "dataset": dataset, "task": task, "method": method, "train_dataset": train_dataset}
+    return metric_id(config, ROBUSTNESS_AXIS, metric, group)
 
 
 # ------------------------------------------------------------------------------------------------- summary
 
-SUMMARY_COLUMNS = ["model", "dataset", "task", "method", "variants", "mean_relative_drop", "quality_axis",
-                   "worst_degradation", "worst_severity", "worst_relative_drop", "ce_baseline", "mce", "mce_reason"]
+SUMMARY_COLUMNS = ["metric_id", "model", "dataset", "task", "method", "variants", "n", "n_pos", "mean_relative_drop",
+                   "quality_axis", "worst_degradation", "worst_severity", "worst_relative_drop", "ce_baseline", "mce",
+                   "mce_reason", "lineage_id"]
 
 
 def robustness_summary(rows: pd.DataFrame, baseline: str | None) -> pd.DataFrame:
@@ -129,6 +179,8 @@ def robustness_summary(rows: pd.DataFrame, baseline: str | None) -> pd.DataFrame
     - `mean_relative_drop`: the mean of AUROC's relative drop over every degradation and severity it has, and
       `quality_axis` = 1 - that (the arena's quality axis where no publisher graded quality);
     - the worst (degradation, severity) and its relative drop;
+    - `metric_id`: the quality axis' id; `lineage_id`: the lineage stamp(s) of the robustness rows it was formed
+      from;
     - `mce`: ImageNet-C's mean corruption error (Hendrycks & Dietterich 2019) with AUROC's complement as the error:
       for each degradation, the configuration's summed 1 - AUROC over the severities both have, divided by the same
       sum of the `baseline` model's configuration on the same dataset, task and method; then the mean over the
@@ -155,7 +207,13 @@ def _summary_row(config: tuple, group: pd.DataFrame, base: pd.DataFrame | None, 
     worst = group.loc[drops.idxmax()] if drops.notna().any() else None
     mean_drop = float(drops.mean()) if drops.notna().any() else None
     mce, reason = _mce(group, base, baseline)
-    return dict(zip(["model", "dataset", "task", "method"], config), variants=len(group),
+    model, dataset, task, method = config
+    lineage_ids = group["lineage_id"].dropna().unique() if "lineage_id" in group else []
+    return dict(zip(["model", "dataset", "task", "method"], config),
+                metric_id=robustness_metric_id(model, dataset, task, method,
+                                               dataset if method == PROBE_METHOD else None, QUALITY_AXIS_METRIC),
+                variants=len(group), n=int(group["n"].max()), n_pos=int(group["n_pos"].max()),
+                lineage_id=" ".join(sorted(lineage_ids)) or None,
                 mean_relative_drop=mean_drop, quality_axis=None if mean_drop is None else 1 - mean_drop,
                 worst_degradation=None if worst is None else worst["degradation"],
                 worst_severity=None if worst is None else int(worst["severity"]),

@@ -68,7 +68,7 @@ def _demo(options: DemoOptions) -> int:
     from assets.labels import DATA_LAYER_JOB
     from assets.mllm import TOKEN_PROBABILITIES_JOB
     from assets.models import ZERO_SHOT_JOB
-    from assets.robustness import ROBUSTNESS_JOB
+    from assets.robustness import ROBUSTNESS_JOB, YES_NO_ROBUSTNESS_JOB, ZERO_SHOT_ROBUSTNESS_JOB
     from focus_dagster.definitions import build_definitions
 
     config = demo_config(load_config(), options)
@@ -95,14 +95,18 @@ def _demo(options: DemoOptions) -> int:
                 say(_records_line(result, key))
             job_names = {job.name for job in defs.resolve_all_job_defs()}
             specs = resolve_models(config.models, config.model_cache)
-            # Embeddings and probes share a run per (encoder, dataset): half the runs, the same lineage.
-            # Robustness reads the probes: right after them, on the degradations of `degradations:` (a small set
-            # by default).
-            model_jobs = ((ENCODER_JOB, "embeddings+probes"), (ROBUSTNESS_JOB, "robustness"),
-                          (ZERO_SHOT_JOB, "zero-shot scores"), (TOKEN_PROBABILITIES_JOB, "yes/no scores"))
-            for job_name, what in model_jobs:
-                if job_name in job_names:
-                    failures += _run_model_job(defs.resolve_job_def(job_name), what, config.dataset_keys, runner, specs)
+            # Embeddings and probes share a run per (encoder, dataset): half the runs, the same lineage. With
+            # degradations (a small set by default), each interface's robustness job runs its clean output and its
+            # robustness in that one run.
+            model_jobs = (((ROBUSTNESS_JOB, "embeddings+probes+robustness"), (ENCODER_JOB, "embeddings+probes")),
+                          ((ZERO_SHOT_ROBUSTNESS_JOB, "zero-shot+robustness"), (ZERO_SHOT_JOB, "zero-shot scores")),
+                          ((YES_NO_ROBUSTNESS_JOB, "yes/no+robustness"), (TOKEN_PROBABILITIES_JOB, "yes/no scores")))
+            for choices in model_jobs:
+                for job_name, what in choices:
+                    if job_name in job_names:
+                        failures += _run_model_job(defs.resolve_job_def(job_name), what, config.dataset_keys, runner,
+                                                   specs)
+                        break
             failures += _run_lora(defs, job_names, runner, specs) if options.lora else _no_lora()
             failures += _run_evaluation(defs, config.dataset_keys, runner)
             summary = runner.execute(defs.resolve_job_def(SUMMARY_JOB))
@@ -233,10 +237,14 @@ def _stage_names() -> dict[str, str]:
     from assets.mllm import TOKEN_PROBABILITIES_JOB
     from assets.models import ZERO_SHOT_JOB
     from assets.report import REPORT_JOB
-    from assets.robustness import ROBUSTNESS_JOB, ROBUSTNESS_SUMMARY_JOB
+    from assets.robustness import (ROBUSTNESS_JOB, ROBUSTNESS_SUMMARY_JOB, YES_NO_ROBUSTNESS_JOB,
+                                   ZERO_SHOT_ROBUSTNESS_JOB)
 
     return {OBSERVE_JOB: "releases", DATA_LAYER_JOB: "data layer", ENCODER_JOB: "embeddings+probes",
-            ROBUSTNESS_JOB: "robustness", ZERO_SHOT_JOB: "zero-shot", TOKEN_PROBABILITIES_JOB: "yes/no scores", LORA_ADAPTERS_JOB: "lora training",
+            ROBUSTNESS_JOB: "embeddings+probes+robustness", ZERO_SHOT_JOB: "zero-shot",
+            ZERO_SHOT_ROBUSTNESS_JOB: "zero-shot+robustness", TOKEN_PROBABILITIES_JOB: "yes/no scores",
+            YES_NO_ROBUSTNESS_JOB: "yes/no+robustness",
+            LORA_ADAPTERS_JOB: "lora training",
             ADAPTED_SCORES_JOB: "adapted scores", EVALUATION_JOB: "metrics", SUMMARY_JOB: "leaderboard",
             ROBUSTNESS_SUMMARY_JOB: "robustness summary",
             LORA_EFFECTS_JOB: "lora effects", REPORT_JOB: "arena report"}

@@ -48,7 +48,7 @@ def trace(metric_id: str, config, dagster_home=None, runs: bool = False) -> dict
     from resources.tables import TableStore
 
     store = TableStore(config.tables)
-    if not store.has(layout.METRICS.qualified):
+    if not any(store.has(table.qualified) for table in TRACED_TABLES):
         raise TraceError(f"no metric tables yet in {config.tables}: run `make demo` or materialise `metrics`.")
     try:
         with store.views() as con:
@@ -73,9 +73,7 @@ class _State:
     def metric_row(self, metric_id: str) -> dict:
         """The row of `metric_id` in the metric table, or in the LoRA effects (then with `partition` set to
         that table's name and the lineage of both score sets in `lineage_ids`)."""
-        if not self._has(layout.METRICS):
-            raise TraceError(f"no metric table yet in {self.con}: materialise `metrics`.")
-        row = self._row(layout.METRICS, metric_id)
+        row = self._row(layout.METRICS, metric_id) if self._has(layout.METRICS) else None
         if row is not None:
             return {**row, "lineage_ids": [row.get("lineage_id")]}
         effect = self._row(layout.LORA_EFFECTS, metric_id) if self._has(layout.LORA_EFFECTS) else None
@@ -89,8 +87,30 @@ class _State:
                 ids.append(compared["attributes_lineage_id"])
             return {**compared, "partition": COMPARISONS_PARTITION, "value": compared["delta"],
                     "model": f"{compared['model_a']} - {compared['model_b']}", "lineage_ids": ids}
-        raise TraceError(f"metric id {metric_id!r} is not in {layout.METRICS}, {layout.LORA_EFFECTS} nor "
-                         f"{layout.COMPARISONS}; ids are shown in the leaderboard and in every metric row.")
+        robust = self._robustness_row(metric_id)
+        if robust is not None:
+            return robust
+        raise TraceError(f"metric id {metric_id!r} is not in {layout.METRICS}, {layout.LORA_EFFECTS}, "
+                         f"{layout.COMPARISONS}, {layout.ROBUSTNESS} nor {layout.ROBUSTNESS_SUMMARY}; ids are shown "
+                         "in the leaderboard, the arena report and every metric row.")
+
+    def _robustness_row(self, metric_id: str) -> dict | None:
+        """A degraded number (its value the degraded metric, with the clean one and the degradation's parameters
+        recorded), or a configuration's quality axis from the robustness summary; both lead to the robustness
+        rows' lineage stamp, whose inputs are the degraded embeddings (with every degradation's parameters), the
+        clean probe scores, the probes and the labels."""
+        row = self._row(layout.ROBUSTNESS, metric_id) if self._has(layout.ROBUSTNESS) else None
+        if row is not None:
+            probe = row["method"] == "linear_probe"
+            return {**row, "asset": ROBUSTNESS_ASSET_OF_METHOD.get(row["method"], layout.ROBUSTNESS_METRICS),
+                    "value": row["degraded"], "axis": "robustness", "group": f"{row['degradation']}@{row['severity']}",
+                    "train_dataset": row["dataset"] if probe else None, "lineage_ids": [row.get("lineage_id")]}
+        row = self._row(layout.ROBUSTNESS_SUMMARY, metric_id) if self._has(layout.ROBUSTNESS_SUMMARY) else None
+        if row is not None:
+            return {**row, "asset": layout.ROBUSTNESS_SUMMARY_ASSET, "partition": ROBUSTNESS_SUMMARY_PARTITION,
+                    "value": row["quality_axis"], "ci_low": None, "ci_high": None, "axis": "robustness",
+                    "metric": "quality_axis", "lineage_ids": str(row.get("lineage_id") or "").split() or [None]}
+        return None
 
     def _row(self, table, metric_id: str) -> dict | None:
         found = self.con.execute(f"SELECT * FROM {table} WHERE metric_id = ?", [metric_id])
@@ -141,7 +161,9 @@ def _artifact_of(asset: str, partition: str) -> str | None:
         return layout.questions_file(partition)
     files = {layout.IMAGE_EMBEDDINGS: layout.EMBEDDINGS, layout.PROBE_PREDICTIONS: layout.PROBE_SCORES,
              layout.TOKEN_PROBABILITIES_ASSET: layout.TOKEN_PROBABILITIES,
-             layout.ADAPTED_TOKEN_PROBABILITIES_ASSET: layout.ADAPTED_TOKEN_PROBABILITIES}.get(asset)
+             layout.ADAPTED_TOKEN_PROBABILITIES_ASSET: layout.ADAPTED_TOKEN_PROBABILITIES,
+             layout.DEGRADED_EMBEDDINGS_ASSET: layout.DEGRADED_EMBEDDINGS,
+             layout.DEGRADED_TOKEN_PROBABILITIES_ASSET: layout.DEGRADED_TOKEN_PROBABILITIES}.get(asset)
     return files.file(*partition.split("|", 1)) if files else None
 
 
@@ -154,7 +176,7 @@ class _Walk:
         self.stamps: dict[str, str] = {}  # link id -> the id of the stamp it shows
 
     def chain(self, row: dict) -> dict:
-        asset = _metric_asset(row["partition"])
+        asset = row.get("asset") or _metric_asset(row["partition"])
         metric = {"id": f"metric:{row['metric_id']}", "link": "metric", "asset": asset, "partition": row["partition"],
                   "version": None, "run": _run(row.get("run_id")),
                   "recorded": {k: row.get(k) for k in ("model", "dataset", "task", "method", "train_dataset", "axis",
@@ -162,7 +184,8 @@ class _Walk:
                                                        "reason", "predictions_version", "weights_sha256",
                                                        "model_revision", "model_snapshot", "code_version")}
                   | {k: row[k] for k in ("domain", "model_a", "model_b", "a", "b", "delta", "p_value", "q_value")
-                     if k in row},
+                     if k in row}
+                  | {k: row[k] for k in ROBUSTNESS_FACTS if k in row},
                   "inputs": [], "changed": [], "stale": False}
         self.links[metric["id"]] = metric
         for recorded in [self.state.stamp(stamp_id) for stamp_id in row["lineage_ids"]]:
@@ -254,8 +277,17 @@ def _weights_change(model: dict) -> str | None:
             f"read {model.get('weights_sha256')}")
 
 
+# The tables whose rows carry metric ids `focus trace` resolves.
+TRACED_TABLES = (layout.METRICS, layout.LORA_EFFECTS, layout.COMPARISONS, layout.ROBUSTNESS, layout.ROBUSTNESS_SUMMARY)
 LORA_EFFECTS_PARTITION = "lora_effects"  # a LoRA effects row's `partition` as the walk sees it
 COMPARISONS_PARTITION = "model_comparisons"  # a comparison row's
+ROBUSTNESS_ASSET_OF_METHOD = {"linear_probe": layout.ROBUSTNESS_METRICS, "zero_shot": layout.ZERO_SHOT_ROBUSTNESS,
+                              "yes_no": layout.YES_NO_ROBUSTNESS}  # the asset that writes a method's robustness rows
+ROBUSTNESS_SUMMARY_PARTITION = "robustness_summary"  # a robustness summary row's (the table is not partitioned)
+# What a robustness row (or summary row) records beside the common columns: the degradation with its parameters.
+ROBUSTNESS_FACTS = ("degradation", "severity", "registry", "parameters", "clean", "degraded", "delta", "delta_low",
+                    "delta_high", "relative_drop", "variants", "mean_relative_drop", "quality_axis",
+                    "worst_degradation", "worst_severity", "worst_relative_drop", "ce_baseline", "mce", "mce_reason")
 
 
 def _metric_asset(partition: str) -> str:

@@ -1,9 +1,10 @@
 """The arena's tables: what each figure and table of the report shows, computed from the metric tables.
 
-Every number here comes from a row of `metrics.values` (or `metrics.lora_effects`) and keeps that row's
-`metric_id`; an aggregate (a mean over configurations) keeps the ids it averages, space-separated in
-`metric_ids`. A configuration is (model, dataset, task, method, train dataset) evaluated on a dataset's own
-test split; the cross-dataset rows (probe trained on A, tested on B) feed the transfer matrix only.
+Every number here comes from a row of `metrics.values` (or `metrics.lora_effects`, `metrics.robustness`,
+`metrics.robustness_summary`) and keeps that row's `metric_id`; an aggregate (a mean over configurations) keeps
+the ids it averages, space-separated in `metric_ids`. A configuration is (model, dataset, task, method, train
+dataset) evaluated on a dataset's own test split; the cross-dataset rows (probe trained on A, tested on B) feed
+the transfer matrix only.
 
 Families are the model interfaces (vision encoders, dual-encoder VLMs, multimodal LLMs). Pipeline-check
 models (seeded toy weights) are kept apart: their series are labelled as such and never pooled with real
@@ -60,7 +61,7 @@ class Axis:
     axis: str
     metric: str
     group: str
-    flip: str  # "": as is; "1-": 1 - value; "1-abs": 1 - |value|
+    flip: str  # "": as is; "1-": 1 - value; "1-abs": 1 - |value|; "cap1": at most 1
     definition: str
     attribute: str = ""  # the attribute whose row says why there is no gap at all ("not applicable: ...")
 
@@ -69,6 +70,8 @@ class Axis:
             return 1.0 - value
         if self.flip == "1-abs":
             return 1.0 - abs(value)
+        if self.flip == "cap1":
+            return min(1.0, value)
         return value
 
 
@@ -81,9 +84,14 @@ SPIDER_AXES = (
     Axis("fairness", "fairness", "equalized_odds_gap", "sex:max-min", "1-",
          "1 - equalized-odds gap between the sexes: max(TPR gap, FPR gap) at 0.5, groups of at least 10 images",
          "sex"),
-    Axis("quality", "quality", "accuracy_gap", "quality:adequate-inadequate", "1-abs",
-         "1 - |accuracy(adequate) - accuracy(inadequate)| at 0.5, groups of at least 5 images (only BRSET and "
-         "mBRSET grade image quality)"),
+    Axis("quality", "robustness", "quality_axis", "", "cap1",
+         "1 - the mean relative AUROC drop ((clean - degraded) / clean) over the degradations and severities of "
+         "`degradations:` in focus.yaml, each applied to the test images (robustness_summary; defined on every "
+         "dataset, for the models the robustness assets score); capped at 1: an AUROC that rose under the "
+         "degradations counts as no drop (the value column keeps it)"),
+    Axis("graded quality", "quality", "accuracy_gap", "quality:adequate-inadequate", "1-abs",
+         "1 - |accuracy(adequate) - accuracy(inadequate)| at 0.5 over the publisher's quality grades, groups of at "
+         "least 5 images (only BRSET and mBRSET grade image quality)"),
 )
 MISSING_AXIS = ("Where a dataset lacks the metadata (or a group is too small) the axis has no point: the outline "
                 "is open there, and the coverage section gives the reason.")
@@ -341,9 +349,96 @@ def lora_means(deltas: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=_mean_columns(["series", "domain", "metric"]))
 
 
+# -------------------------------------------------------------------------------------- robustness
+
+ROBUSTNESS = "robustness"  # the axis of the quality-axis rows taken from the robustness summary
+QUALITY_AXIS = "quality_axis"
+
+
+def quality_axis_rows(summary: pd.DataFrame | None) -> pd.DataFrame:
+    """The robustness summary as metric rows of the axis `robustness`: one per configuration, its quality axis
+    (1 - mean relative AUROC drop over its degradations and severities) under the summary row's metric id. No
+    interval: a mean over degradations, each of which has its own paired interval in the robustness table."""
+    columns = ["metric_id", *CONFIG_COLUMNS, "axis", "metric", "group", "value", "ci_low", "ci_high", "n", "n_pos",
+               "reason", "partition"]
+    if summary is None or summary.empty:
+        return pd.DataFrame(columns=columns)
+    probe = summary["method"].eq("linear_probe")
+    return pd.DataFrame({
+        "metric_id": summary["metric_id"], "model": summary["model"], "dataset": summary["dataset"],
+        "task": summary["task"], "method": summary["method"],
+        "train_dataset": summary["dataset"].where(probe, None), "axis": ROBUSTNESS, "metric": QUALITY_AXIS,
+        "group": "", "value": summary["quality_axis"].astype(float), "ci_low": np.nan, "ci_high": np.nan,
+        "n": summary["n"], "n_pos": summary["n_pos"],
+        "reason": np.where(summary["quality_axis"].isna(), "no degraded AUROC of this configuration is defined "
+                           "(see its rows in metrics.robustness)", None),
+        "partition": summary["model"] + "|" + summary["dataset"],
+    }, columns=columns)
+
+
+def robustness_curves(rows: pd.DataFrame | None, models: dict[str, ModelInfo]) -> pd.DataFrame:
+    """Mean AUROC per model series, degradation and severity over the configurations (severity 0: the same
+    configurations' clean AUROC), with a t interval and the ids of the robustness rows it averages; the
+    degradation's family (the registry's) names the panel it is drawn in."""
+    columns = ["panel", "degradation", "series", "severity", "configurations", "mean", "ci_low", "ci_high",
+               "metric_ids"]
+    if rows is None or rows.empty:
+        return pd.DataFrame(columns=columns)
+    auroc = rows[(rows["metric"] == "auroc") & rows["degraded"].notna() & rows["clean"].notna()].copy()
+    if auroc.empty:
+        return pd.DataFrame(columns=columns)
+    auroc["panel"] = [json_field(p, "family") for p in auroc["parameters"]]
+    info = {m: models.get(m) for m in auroc["model"].unique()}
+    # A dual encoder's probe and its zero-shot prompts are series of their own: two methods, one image tower.
+    auroc["series"] = [series_of(info[m].interface if info[m] else METHOD_FAMILY.get(meth, "?"),
+                                 bool(info[m] and info[m].pipeline_check))
+                       + ("" if meth == "linear_probe" else f" · {meth.replace('_', '-')}")
+                       for m, meth in zip(auroc["model"], auroc["method"])]
+    out = []
+    for (panel, name, series), group in auroc.groupby(["panel", "degradation", "series"], sort=True):
+        clean = group.drop_duplicates(["model", "dataset", "task", "method"])
+        out.append(_mean_row(clean.assign(value=clean["clean"]), panel=panel, degradation=name, series=series,
+                             severity=0))
+        for severity, at in group.groupby("severity", sort=True):
+            out.append(_mean_row(at.assign(value=at["degraded"]), panel=panel, degradation=name, series=series,
+                                 severity=int(severity)))
+    return pd.DataFrame(out, columns=columns)
+
+
+def json_field(text, key: str):
+    """One field of a JSON object held as text (a robustness row's `parameters`); None when absent."""
+    import json
+
+    try:
+        return json.loads(text).get(key) if isinstance(text, str) else None
+    except ValueError:
+        return None
+
+
+def robustness_extremes(summary: pd.DataFrame | None, models: dict[str, ModelInfo], count: int = 5) -> pd.DataFrame:
+    """The `count` most and `count` least robust configurations by mean relative AUROC drop (real models; the
+    pipeline-check models' own list follows when there are any), with their worst degradation and mCE."""
+    columns = ["rank", "configuration", "quality_axis", "mean_relative_drop", "worst_degradation", "worst_severity",
+               "worst_relative_drop", "mce", "ce_baseline", "variants", "metric_id"]
+    if summary is None or summary.empty:
+        return pd.DataFrame(columns=columns)
+    defined = summary[summary["mean_relative_drop"].notna()].copy()
+    defined["pipeline_check"] = [bool(models.get(m) and models[m].pipeline_check) for m in defined["model"]]
+    defined["_train"] = defined["dataset"].where(defined["method"].eq("linear_probe"), "")
+    defined["configuration"] = [configuration_label(row) for row in defined.to_dict("records")]
+    parts = []
+    for check, group in defined.groupby("pipeline_check", sort=True):  # real models first
+        ordered = group.sort_values(["mean_relative_drop", "configuration"])
+        most, least = ordered.head(count), ordered.tail(count).iloc[::-1]
+        least = least[~least["metric_id"].isin(most["metric_id"])]
+        parts += [most.assign(rank=[f"most robust {k + 1}" + (" †" if check else "") for k in range(len(most))]),
+                  least.assign(rank=[f"least robust {k + 1}" + (" †" if check else "") for k in range(len(least))])]
+    return pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
+
+
 # ---------------------------------------------------------------------------------------- coverage
 
-COVERAGE_AXES = ("performance", "calibration", "fairness", "quality", "transfer", "lora")
+COVERAGE_AXES = ("performance", "calibration", "fairness", "quality", "robustness", "transfer", "lora")
 
 
 def coverage(frame: pd.DataFrame, effects: pd.DataFrame | None, datasets: list[str],
@@ -413,7 +508,8 @@ def _value_column(axis: str) -> str:
 
 def _no_rows(axis: str, dataset: str) -> str:
     source = {"performance": "metrics", "calibration": "metrics", "fairness": "fairness_metrics",
-              "quality": "quality_metrics", "transfer": "cross_dataset_metrics", "lora": "lora_effects"}[axis]
+              "quality": "quality_metrics", "robustness": "robustness_summary", "transfer": "cross_dataset_metrics",
+              "lora": "lora_effects"}[axis]
     return f"no rows: {source} has nothing for {dataset} (not materialised, blocked by a check, or not selected)"
 
 

@@ -39,6 +39,8 @@ class ReportInputs:
     comparisons: pd.DataFrame | None = None  # metrics.comparisons: the model pairs focus.yaml declares
     # dataset -> axis -> what the coverage checks of group_attributes said of its rows (labels/coverage.axis_notes)
     attribute_notes: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    robustness: pd.DataFrame | None = None  # metrics.robustness: every degraded number against its clean one
+    robustness_summary: pd.DataFrame | None = None  # metrics.robustness_summary: one row per configuration
 
 
 @dataclass
@@ -65,11 +67,15 @@ def build_report(inputs: ReportInputs, say: Callable[[str], None] | None = None)
     figure, the slow part)."""
     from focus_dagster.progress import Progress
 
-    frame = arena.with_families(inputs.metrics, inputs.models)
+    quality_axis = arena.quality_axis_rows(inputs.robustness_summary)
+    metrics = pd.concat([inputs.metrics, quality_axis], ignore_index=True) if len(quality_axis) else inputs.metrics
+    frame = arena.with_families(metrics, inputs.models)
     builders = [
         lambda: _spider(frame), lambda: _method_means(frame), lambda: _general_vs_ophthalmic(frame, inputs.datasets),
         lambda: _task_cliff(frame), lambda: _mllm(frame), lambda: _transfer(frame),
-        lambda: _reliability(frame, inputs.read_samples), lambda: _lora(inputs.effects, inputs.models),
+        lambda: _reliability(frame, inputs.read_samples),
+        lambda: _robustness(inputs.robustness, inputs.robustness_summary, inputs.models),
+        lambda: _lora(inputs.effects, inputs.models),
         lambda: _comparisons(inputs.comparisons),
         lambda: _coverage(frame, inputs.effects, inputs.unavailable, inputs.datasets, inputs.attribute_notes),
     ]
@@ -108,7 +114,8 @@ def write_report(report: Report, folder: Path, manifest: dict | None = None) -> 
 
 def _spider(frame: pd.DataFrame) -> Section:
     table = arena.spider_table(frame)
-    reading = ["The top six configurations of each family by test AUROC, on six axes where higher is better."]
+    reading = [f"The top six configurations of each family by test AUROC, on {len(arena.SPIDER_AXES)} axes where "
+               "higher is better."]
     best = table[table["axis"] == "AUROC"].sort_values("shown", ascending=False).groupby("family", sort=False).head(1)
     for row in best.itertuples():
         reading += [f" Best {arena.FAMILIES.get(row.family, row.family)}: {row.configuration}, AUROC ",
@@ -239,6 +246,56 @@ def _reliability(frame: pd.DataFrame, read_samples) -> Section:
                                   height=3.4),
                    [ReportTable("reliability", "bins of the 10-bin ECE (each row carries that ECE's metric id)", table,
                                 columns, ids, {"count": "d", "bin_lower": ".1f", "bin_upper": ".1f"})])
+
+
+def _robustness(rows: pd.DataFrame | None, summary: pd.DataFrame | None, models: dict) -> Section:
+    """Robustness curves (mean AUROC against severity, one panel per degradation family), the most and least
+    robust configurations, and every degraded number in the CSV."""
+    curves = arena.robustness_curves(rows, models)
+    extremes = arena.robustness_extremes(summary, models)
+    reading = ["Test AUROC under graded degradations of the test images (severity 0: clean; the probes fit on "
+               "clean training images), mean over configurations per model series."]
+    real = extremes[~extremes["rank"].str.endswith("†")]
+    if len(real):
+        most, least = real.iloc[0], real[real["rank"].str.startswith("least")]
+        reading += [f" Most robust: {most['configuration']}, mean relative AUROC drop ",
+                    Num(most["mean_relative_drop"], most["metric_id"]), "."]
+        if len(least):
+            reading += [f" Least robust: {least.iloc[0]['configuration']}, ",
+                        Num(least.iloc[0]["mean_relative_drop"], least.iloc[0]["metric_id"]), "."]
+    if curves.empty:
+        reading = ["No degraded test image has been scored yet: robustness_metrics is not materialised, or "
+                   "`degradations: false` in focus.yaml turns the image-quality axis off."]
+    every = (rows if rows is not None else pd.DataFrame(columns=ROBUSTNESS_TABLE_COLUMNS)).reindex(
+        columns=ROBUSTNESS_TABLE_COLUMNS)
+    number_ids = {c: "metric_id" for c in ("severity", "clean", "degraded", "ci_low", "ci_high", "delta", "delta_low",
+                                           "delta_high", "p_value")}
+    formats = {"delta": "+.3f", "delta_low": "+.3f", "delta_high": "+.3f", "p_value": ".3g", "severity": "d"}
+    return Section("robustness", "Image-quality robustness: AUROC under graded degradations", reading,
+                   figures.render(figures.draw_robustness, curves,
+                                  width=10, height=3.6 * max(1, -(-len(set(curves["panel"])) // 3))),
+                   [ReportTable("robustness_extremes", "the most and least robust configurations (mean relative "
+                                "AUROC drop over every degradation and severity; mCE: ImageNet-C's mean corruption "
+                                "error with 1 - AUROC, normalised by the baseline model)", extremes,
+                                ["rank", "configuration", "quality_axis", "mean_relative_drop", "worst_degradation",
+                                 "worst_severity", "worst_relative_drop", "mce", "ce_baseline"],
+                                {c: "metric_id" for c in ("quality_axis", "mean_relative_drop", "worst_severity",
+                                                          "worst_relative_drop", "mce")},
+                                {"worst_severity": "d"}),
+                    ReportTable("robustness_curves", "mean AUROC per degradation, model series and severity (0: "
+                                "clean)", curves, ["panel", "degradation", "series", "severity", "configurations",
+                                                   "mean", "ci_low", "ci_high"],
+                                {c: "metric_ids" for c in ("severity", "configurations", "mean", "ci_low", "ci_high")},
+                                {"severity": "d", "configurations": "d"}),
+                    ReportTable("robustness", "every degraded number against its clean one (paired interval of the "
+                                "change)", every, ROBUSTNESS_TABLE_COLUMNS[:-2], number_ids, formats)],
+                   ["Degradations are painted inside the fundus disc only, seeded per image; their parameters and "
+                    "sources are in each row's `parameters` (robustness.csv) and in `focus trace` of any number."])
+
+
+ROBUSTNESS_TABLE_COLUMNS = ["model", "dataset", "task", "method", "degradation", "severity", "metric", "clean",
+                            "degraded", "ci_low", "ci_high", "delta", "delta_low", "delta_high", "p_value", "reason",
+                            "parameters", "metric_id"]
 
 
 def _lora(effects: pd.DataFrame | None, models: dict) -> Section:

@@ -304,6 +304,58 @@ def draw_reliability(fig, table: pd.DataFrame) -> None:
     _note(fig, bool(table["pipeline_check"].any()))
 
 
+# ----------------------------------------------------------------------------------- robustness
+
+
+def draw_robustness(fig, curves: pd.DataFrame) -> None:
+    """Mean AUROC against severity (0: clean), one panel per degradation family; a colour per degradation (named
+    in the panel when it has several), a line style per model series (pipeline checks dashed, named once below
+    the panels), whiskers the t interval over configurations."""
+    panels = list(dict.fromkeys(curves["panel"])) if len(curves) else []
+    if not panels:
+        _empty(fig.add_subplot(1, 1, 1), "no degraded test image scored yet")
+        return
+    from matplotlib import colormaps
+    from matplotlib.lines import Line2D
+
+    columns = min(3, len(panels))
+    rows = -(-len(panels) // columns)
+    low = float(np.nanmin(curves[["mean", "ci_low"]].to_numpy(float)))
+    for k, panel in enumerate(panels):
+        ax = fig.add_subplot(rows, columns, k + 1)
+        mine = curves[curves["panel"] == panel]
+        names = list(dict.fromkeys(mine["degradation"]))
+        for j, name in enumerate(names):
+            colour = colormaps["tab10"](j % 10)
+            for n, (series, line) in enumerate(mine[mine["degradation"] == name].groupby("series", sort=True)):
+                line = line.sort_values("severity")
+                ax.errorbar(line["severity"], line["mean"], yerr=_whiskers(line), color=colour, lw=1.2,
+                            ls="--" if "pipeline check" in series else "-", marker="o", ms=3, capsize=2,
+                            label=name if n == 0 else None)
+        ax.set_xticks(range(0, 6))
+        ax.set_xlabel("severity (0: clean)")
+        if k % columns == 0:
+            ax.set_ylabel("mean test AUROC")
+        ax.set_ylim(max(0.0, min(low, 0.5) - 0.02), 1.01)
+        ax.set_title(panel if len(names) > 1 else f"{panel}: {names[0]}")
+        if len(names) > 1:
+            ax.legend(frameon=False, fontsize=6, loc="lower left")
+    series = sorted(set(curves["series"]))
+    fig.legend(handles=[Line2D([], [], color="#444444", ls="--" if "pipeline check" in s else "-", marker="o", ms=3,
+                               label=s) for s in series],
+               loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(3, len(series)), frameon=False, fontsize=7)
+    fig.subplots_adjust(hspace=0.6, wspace=0.3)
+    _note(fig, bool(curves["series"].str.contains("pipeline check").any()), below=-0.07)
+
+
+def _whiskers(rows: pd.DataFrame):
+    """Asymmetric error bars from the t interval (none where there is a single configuration)."""
+    mean = rows["mean"].to_numpy(float)
+    lower = np.nan_to_num(mean - rows["ci_low"].to_numpy(float), nan=0.0).clip(min=0)
+    upper = np.nan_to_num(rows["ci_high"].to_numpy(float) - mean, nan=0.0).clip(min=0)
+    return np.vstack([lower, upper])
+
+
 # ----------------------------------------------------------------------------------------- LoRA
 
 

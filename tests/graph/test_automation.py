@@ -7,10 +7,13 @@ import pytest
 
 from assets.datasets import OBSERVE_JOB
 from assets.labels import DATA_LAYER_JOB
+from focus_dagster.degradations.plan import DegradationPlan
 from tests.support.events import check_evaluations, materialised
 from tests.support.world import build_world
 
 pytestmark = pytest.mark.heavy(45)  # seconds on a quiet 2-core machine: started first
+
+NO_DEGRADATIONS = DegradationPlan(types=())  # the label gates are under test here, not the robustness assets
 
 RECORDS = dg.AssetKey("dataset_records")
 LABELS = dg.AssetKey("harmonised_labels")
@@ -19,7 +22,8 @@ LABELS = dg.AssetKey("harmonised_labels")
 @pytest.fixture
 def world(synth_all, tmp_path):
     """brset and g1020 observed and fully materialised, and one automation tick taken."""
-    config, defs, instance = build_world(synth_all, tmp_path, datasets=("brset", "g1020"))
+    config, defs, instance = build_world(synth_all, tmp_path, datasets=("brset", "g1020"),
+                                         degradations=NO_DEGRADATIONS)
     observe(defs, instance)
     for key in config.roots:
         assert defs.resolve_job_def(DATA_LAYER_JOB).execute_in_process(partition_key=key, instance=instance).success
@@ -113,7 +117,8 @@ def test_a_bad_label_mapping_stops_everything_downstream(monkeypatch, synth_all,
 
     def downstream_requested(rule_table) -> set:
         monkeypatch.setattr(rules, "RULES", rule_table)
-        _, defs, instance = build_world(synth_all, tmp_path / f"world{len(list(tmp_path.iterdir()))}")
+        _, defs, instance = build_world(synth_all, tmp_path / f"world{len(list(tmp_path.iterdir()))}",
+                                        degradations=NO_DEGRADATIONS)
 
         @dg.asset(deps=[LABELS], partitions_def=defs.resolve_job_def(DATA_LAYER_JOB).partitions_def,
                   automation_condition=GATED_EAGER)

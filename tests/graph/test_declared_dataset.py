@@ -388,7 +388,8 @@ def test_a_changed_grade_in_the_export_is_refreshed_by_the_automation(tmp_path):
     root = clinic_export.write_export(tmp_path / "clinic", copies=2)
     only_clinic = "\n".join(line for line in clinic_export.declaration(root).splitlines()
                             if not line.startswith("  messidor_2")) + "\n"
-    config = parse(declare(tmp_path, only_clinic, "models: [tiny_vit, tiny_clip, tiny_llava]\nlora: {models: []}\n"))
+    config = parse(declare(tmp_path, only_clinic, "models: [tiny_vit, tiny_clip, tiny_llava]\nlora: {models: []}\n"
+                                                  "degradations: false\n"))
     _, defs, instance = world_for(config)
 
     def refresh(cursor=None):

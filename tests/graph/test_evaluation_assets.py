@@ -13,6 +13,7 @@ from assets.evaluation import EVALUATION_JOB, PROBES_JOB, SUMMARY_JOB
 from assets.labels import DATA_LAYER_JOB
 from assets.mllm import TOKEN_PROBABILITIES_JOB
 from assets.models import EMBEDDINGS_JOB, ZERO_SHOT_JOB
+from focus_dagster.degradations.plan import DegradationPlan
 from focus_dagster.adapter_plan import LoraPlan
 from focus_dagster.definitions import build_definitions
 from tests.support.tables import table_views
@@ -24,6 +25,9 @@ DATASETS = ("brset", "papila", "idrid")
 SELECTION = {"tiny_vit": "vm", "tiny_clip": "vlm", "tiny_llava": "mllm"}  # model -> interface
 MODELS = {EMBEDDINGS_JOB: ("tiny_vit", "tiny_clip"), ZERO_SHOT_JOB: ("tiny_clip",),
           TOKEN_PROBABILITIES_JOB: ("tiny_llava",), PROBES_JOB: ("tiny_vit", "tiny_clip")}
+# The robustness assets are followed by tests/graph/test_robustness_assets.py and, through the automation, by
+# tests/graph/test_refresh.py; here they would only add runs to every build of this world and of test_export's.
+NO_DEGRADATIONS = DegradationPlan(types=())
 FAST = {"ops": {name: {"config": {"n_resamples": 100}} for name in ("metrics", "fairness_metrics", "quality_metrics")}}
 
 
@@ -64,7 +68,8 @@ def without_referable_dr_in_train(root) -> None:
 def world(synth_all, tmp_path_factory):
     # A persistent instance, as `focus demo` uses, for `focus trace`; adapters: tests/graph/test_lora_assets.py.
     config, defs, instance = build_world(synth_all, tmp_path_factory.mktemp("evaluation"), DATASETS, persistent=True,
-                                         models=tuple(SELECTION), lora=LoraPlan(models=()))
+                                         models=tuple(SELECTION), lora=LoraPlan(models=()),
+                                         degradations=NO_DEGRADATIONS)
     without_referable_dr_in_train(config.root_of("idrid"))
     run_everything(defs, instance)
     yield config, defs, instance

@@ -33,7 +33,7 @@ CHAIN = ["dataset_records", "harmonised_labels", "image_embeddings", "probe_pred
 EVERY_ASSET = {"dataset_records", "harmonised_labels", "label_rejects", "yes_no_questions", "image_embeddings",
                "zero_shot_scores", "token_probabilities", "probe_predictions", "predictions", "metrics",
                "cross_dataset_metrics", "leaderboard", "arena_report", "degraded_embeddings", "robustness_metrics",
-               "robustness_summary"}
+               "zero_shot_robustness", "degraded_token_probabilities", "yes_no_robustness", "robustness_summary"}
 EVERY_CHECK = {"dataset_records:quarantine_rate", "harmonised_labels:label_values", "harmonised_labels:rule_consistency",
                "harmonised_labels:split_leakage", "harmonised_labels:row_accounting",
                "harmonised_labels:referable_implies_any_dr", "harmonised_labels:metadata_coverage",

@@ -16,8 +16,8 @@ from tests.support.tables import table_views
 
 pytestmark = pytest.mark.heavy(45)  # seconds on a quiet 2-core machine: started first
 
-FIGURES = ("spider", "method_means", "general_vs_ophthalmic", "task_cliff", "mllm", "transfer", "reliability", "lora",
-           "coverage")
+FIGURES = ("spider", "method_means", "general_vs_ophthalmic", "task_cliff", "mllm", "transfer", "reliability",
+           "robustness", "lora", "coverage")
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def test_demo_runs_end_to_end_and_says_where_results_are(demo):
     assert re.search(r"adapted scores +tiny_llava\.messidor_2\.any_dr \(pipeline-check\) +\d+ rows over 2 datasets",
                      out), out
     assert re.search(r"lora effects .* \d+ rows, 2 comparisons with deltas", out), out
-    assert re.search(r"arena report +9 figures, 13 tables, \d+ metric ids cited: .*reports/arena/index.html", out), out
+    assert re.search(r"arena report +10 figures, 16 tables, \d+ metric ids cited: .*reports/arena/index.html", out), out
     assert (home / "dagster" / "dagster.yaml").is_file()
     assert (home / "artifacts" / "adapters" / "tiny_llava.messidor_2.any_dr" / "manifest.json").is_file()
     with table_views(home) as con:
@@ -82,11 +82,13 @@ def test_the_demo_prints_each_steps_progress_as_it_runs_and_the_time_of_every_st
         assert any(re.fullmatch(rf" +\d+s    {pattern}.*", line) for line in lines), (pattern, out)
     # Each model's summary line follows the progress of its steps.
     progress = next(i for i, line in enumerate(lines) if "embeddings efficientnet_lite0@messidor_2:" in line)
-    summary = next(i for i, line in enumerate(lines) if re.match(r" +\d+s  embeddings\+probes efficientnet_lite0", line))
+    summary = next(i for i, line in enumerate(lines)
+                   if re.match(r" +\d+s  embeddings\+probes\+robustness efficientnet_lite0", line))
     assert progress < summary
     [stages] = [line for line in lines if line.startswith("  time per stage: ")]
-    assert re.fullmatch(r"  time per stage: releases \d+s, data layer \d+s \(2 runs\), embeddings\+probes \d+s \(4 runs\), "
-                        r"robustness \d+s \(4 runs\), zero-shot \d+s \(2 runs\), yes/no scores \d+s \(2 runs\), "
+    assert re.fullmatch(r"  time per stage: releases \d+s, data layer \d+s \(2 runs\), "
+                        r"embeddings\+probes\+robustness \d+s \(4 runs\), zero-shot\+robustness \d+s \(2 runs\), "
+                        r"yes/no\+robustness \d+s \(2 runs\), "
                         r"lora training \d+s, adapted scores \d+s \(2 runs\), metrics \d+s \(2 runs\), leaderboard \d+s, "
                         r"robustness summary \d+s, lora effects \d+s, arena report \d+s", stages), stages
 
@@ -111,7 +113,7 @@ def test_the_report_files_cite_rows_of_the_metric_tables(demo):
     assert any(key.startswith("metrics[messidor_2]") for key in manifest["sources"])
     values = _table(home, "SELECT metric_id, model, dataset, task, method, axis, metric, \"group\", value "
                           "FROM metrics.values")
-    known = set(values["metric_id"]) | set(_table(home, "SELECT metric_id FROM metrics.lora_effects")["metric_id"])
+    known = set(values["metric_id"]) | _other_ids(home)
     for csv in manifest["tables"]:
         table = pd.read_csv(folder / csv)
         for column in [c for c in table.columns if c == "metric_id" or c.endswith("metric_ids")]:
@@ -132,14 +134,34 @@ def test_the_report_files_cite_rows_of_the_metric_tables(demo):
         assert cliff.loc[("vision encoders", task), "mean"] == pytest.approx(rows["value"].mean())
 
 
+def _other_ids(home) -> set[str]:
+    """The metric ids of the tables beside metrics.values that the report cites."""
+    return {i for table in ("metrics.lora_effects", "metrics.robustness", "metrics.robustness_summary")
+            for i in _table(home, f"SELECT metric_id FROM {table}")["metric_id"]}
+
+
+def test_the_quality_axis_is_defined_on_datasets_without_graded_quality(demo):
+    """Neither RFMiD 2.0 nor Messidor-2 grades image quality: the spider's quality axis comes from the robustness
+    summary (1 - mean relative AUROC drop), the publisher-graded axis stays empty with its reason."""
+    home, _, _ = demo
+    spider = pd.read_csv(home / "artifacts" / "reports" / "arena" / "tables" / "spider.csv")
+    summary = _table(home, "SELECT metric_id, quality_axis FROM metrics.robustness_summary").set_index("metric_id")
+    quality = spider[(spider["axis"] == "quality") & spider["shown"].notna()]
+    assert len(quality) and set(quality["dataset"]) <= {"rfmid_2", "messidor_2"}
+    for row in quality.itertuples():
+        assert row.value == pytest.approx(summary.loc[row.metric_id, "quality_axis"])
+        assert row.shown == pytest.approx(min(1.0, row.value))  # drawn at most 1
+    graded = spider[spider["axis"] == "graded quality"]
+    assert graded["shown"].isna().all() and graded["reason"].notna().all()
+
+
 def test_the_report_in_chromium_every_figure_renders_and_every_number_traces(demo):
     chromium = require_chromium()
     from playwright.sync_api import sync_playwright
 
     home, _, _ = demo
     page_path = home / "artifacts" / "reports" / "arena" / "index.html"
-    known = set(_table(home, "SELECT metric_id FROM metrics.values")["metric_id"])
-    known |= set(_table(home, "SELECT metric_id FROM metrics.lora_effects")["metric_id"])
+    known = set(_table(home, "SELECT metric_id FROM metrics.values")["metric_id"]) | _other_ids(home)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(chromium), args=["--no-sandbox"])
         try:

@@ -38,7 +38,8 @@ def setting(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("demo_signals")
     synthesize(tmp / "data", ["idrid"], per_dataset=8, seed=0, scale=0.05, workers=1)
-    (tmp / "focus.yaml").write_text(f"datasets: {{idrid: {tmp / 'data' / 'idrid'}}}\nmodels: [tiny_vit]\n")
+    (tmp / "focus.yaml").write_text(f"datasets: {{idrid: {tmp / 'data' / 'idrid'}}}\nmodels: [tiny_vit]\n"
+                                    "degradations: false\n")
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv("DAGSTER_HOME", raising=False)
         home = prepare_dagster_home(SimpleNamespace(dagster_home=tmp / "home" / "dagster"))

@@ -48,8 +48,8 @@ INSTANCE = DEPLOY / "dagster-k8s.yaml"
 RELEASE, NAMESPACE = "focus", "focus"  # as deploy/README.md installs it
 FULLNAME = f"{RELEASE}-dagster"  # the chart's `dagster.fullname` for a release whose name lacks "dagster"
 USER_FULLNAME = f"{RELEASE}-dagster-user-deployments"  # the same in its subchart dagster-user-deployments
-GPU_ASSETS = {"image_embeddings", "degraded_embeddings", "token_probabilities", "lora_adapters",
-              "adapted_token_probabilities"}
+GPU_ASSETS = {"image_embeddings", "degraded_embeddings", "token_probabilities", "degraded_token_probabilities",
+              "lora_adapters", "adapted_token_probabilities"}
 SENTINEL = "sentinel-not-a-real-password-7f3a"  # a secret in the environment must never reach a manifest
 SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|API_?KEY|ACCESS_KEY|CREDENTIAL", re.IGNORECASE)
 

@@ -4,6 +4,8 @@ zero; the clean and degraded points are scikit-learn's."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
@@ -71,7 +73,7 @@ def summary_rows() -> "pd.DataFrame":
     """Two models on one dataset, task and method; the baseline A. Values chosen so the figures are exact by hand."""
     import pandas as pd
 
-    base = {"dataset": "brset", "task": "any_dr", "method": "linear_probe", "metric": "auroc"}
+    base = {"dataset": "brset", "task": "any_dr", "method": "linear_probe", "metric": "auroc", "n": 100, "n_pos": 30}
     rows = [("A", "blur", 1, 0.90, 0.10), ("A", "blur", 3, 0.80, 0.20), ("A", "jpeg", 3, 0.85, 0.15),
             ("B", "blur", 1, 0.95, 0.02), ("B", "blur", 3, 0.90, 0.06), ("B", "jpeg", 3, 0.70, 0.22),
             ("B", "haze", 3, 0.75, 0.18)]  # haze: the baseline has none, so it is left out of B's mCE
@@ -101,3 +103,33 @@ def test_without_the_baseline_the_mce_is_null_with_its_reason():
     assert summary.loc["B", "mce"] is None or np.isnan(summary.loc["B", "mce"])
     assert "baseline A has no robustness rows" in summary.loc["B", "mce_reason"]
     assert robustness_summary(rows, baseline=None)["mce_reason"].eq("no baseline model stated").all()
+
+
+def test_zero_shot_rows_compare_the_prompts_scores_on_the_same_labelled_test_images():
+    """Zero-shot: clean and degraded scores of the same prompts (literal), the labels' test split only, AUROC as
+    scikit-learn computes it on the images both sides have; no threshold, so accuracy is undefined with its
+    reason; ids apart from the probe's, and each row named by the degradation's description."""
+    import pandas as pd
+
+    from focus_dagster.evaluation.robustness import prompt_robustness
+
+    rng = np.random.default_rng(3)
+    ids = [f"i{k}" for k in range(60)]
+    y = np.array([k % 3 == 0 for k in range(60)], dtype=int)
+    labels = pd.DataFrame({"image_id": ids + ["train0"], "split": ["test"] * 60 + ["train"],
+                           "any_dr": list(y) + [1]})
+    clean_scores = np.clip(0.3 + 0.4 * y + rng.normal(0, 0.15, 60), 0, 1)
+    blurred = np.clip(clean_scores + rng.normal(0, 0.2, 60), 0, 1)
+    clean = pd.DataFrame({"image_id": ids + ["train0"], "task": "any_dr", "score": list(clean_scores) + [0.9]})
+    degraded = {("defocus_blur", 3): pd.DataFrame({"image_id": ids[5:], "task": "any_dr", "score": blurred[5:]})}
+    described = [{"registry": "r-1", "degradation": "defocus_blur", "severity": 3, "family": "blur"}]
+    frame = prompt_robustness("clip", "idrid", "zero_shot", clean, degraded, labels, described, n_resamples=200)
+    rows = {row["metric"]: row for row in frame.to_dict("records")}
+    auroc = rows["auroc"]
+    assert auroc["method"] == "zero_shot" and auroc["n"] == 55  # the 55 test images the degraded side has
+    assert auroc["clean"] == pytest.approx(roc_auc_score(y[5:], clean_scores[5:]), abs=1e-12)
+    assert auroc["degraded"] == pytest.approx(roc_auc_score(y[5:], blurred[5:]), abs=1e-12)
+    assert rows["accuracy@youden"]["degraded"] is None or np.isnan(rows["accuracy@youden"]["degraded"])
+    assert rows["accuracy@youden"]["reason"]
+    assert json.loads(auroc["parameters"])["family"] == "blur" and auroc["registry"] == "r-1"
+    assert frame["metric_id"].is_unique and frame["metric_id"].str.fullmatch(r"m-[0-9a-f]{16}").all()

@@ -81,11 +81,12 @@ def test_spider_axes_read_their_rows_and_turn_gaps_into_higher_is_better(frame):
     assert brset.loc["AUROC", "shown"] == 0.90
     assert brset.loc["1 - ECE", "shown"] == pytest.approx(0.90)
     assert brset.loc["fairness", "shown"] == pytest.approx(0.80)  # 1 - equalized-odds gap 0.20
-    assert brset.loc["quality", "shown"] == pytest.approx(0.95)  # 1 - |-0.05|
+    assert brset.loc["graded quality", "shown"] == pytest.approx(0.95)  # 1 - |-0.05|
     assert brset.loc["fairness", "metric_id"] == "m-enc_g-brset-any_dr--fairness-equalized_odds_gap-sex:max-min"
     idrid = table[(table["model"] == "enc_g") & (table["dataset"] == "idrid")].set_index("axis")
     assert np.isnan(idrid.loc["fairness", "shown"]) and "does not publish sex" in idrid.loc["fairness", "reason"]
-    assert "no quality rows" in idrid.loc["quality", "reason"]
+    assert "no quality rows" in idrid.loc["graded quality", "reason"]
+    assert "no robustness rows" in idrid.loc["quality", "reason"]  # no robustness summary in this fixture
     # the cross-dataset pair is not a configuration of its own; the pipeline check is marked
     assert set(table["dataset"][table["model"] == "enc_g"]) == {"brset", "idrid"}
     assert table[table["model"] == "toy"]["configuration"].str.endswith("†").all()

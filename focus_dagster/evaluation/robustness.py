@@ -179,8 +179,8 @@ def robustness_summary(rows: pd.DataFrame, baseline: str | None) -> pd.DataFrame
     - `mean_relative_drop`: the mean of AUROC's relative drop over every degradation and severity it has, and
       `quality_axis` = 1 - that (the arena's quality axis where no publisher graded quality);
     - the worst (degradation, severity) and its relative drop;
-    - `metric_id`: the quality axis' id; `lineage_id`: the lineage stamp(s) of the robustness rows it was formed
-      from;
+    - `metric_id`: the quality axis' id; `lineage_id`: the lineage stamp of the robustness rows it was formed from
+      (one step writes every row of a configuration);
     - `mce`: ImageNet-C's mean corruption error (Hendrycks & Dietterich 2019) with AUROC's complement as the error:
       for each degradation, the configuration's summed 1 - AUROC over the severities both have, divided by the same
       sum of the `baseline` model's configuration on the same dataset, task and method; then the mean over the
@@ -213,7 +213,7 @@ def _summary_row(config: tuple, group: pd.DataFrame, base: pd.DataFrame | None, 
                 metric_id=robustness_metric_id(model, dataset, task, method,
                                                dataset if method == PROBE_METHOD else None, QUALITY_AXIS_METRIC),
                 variants=len(group), n=int(group["n"].max()), n_pos=int(group["n_pos"].max()),
-                lineage_id=" ".join(sorted(lineage_ids)) or None,
+                lineage_id=lineage_ids[0] if len(lineage_ids) == 1 else None,
                 mean_relative_drop=mean_drop, quality_axis=None if mean_drop is None else 1 - mean_drop,
                 worst_degradation=None if worst is None else worst["degradation"],
                 worst_severity=None if worst is None else int(worst["severity"]),

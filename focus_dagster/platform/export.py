@@ -40,6 +40,8 @@ TABLES = {
     "lora_effects": layout.LORA_EFFECTS,
     "lora_summary": layout.LORA_SUMMARY,
     "comparisons": layout.COMPARISONS,  # model A - model B for the pairs focus.yaml declares
+    "robustness": layout.ROBUSTNESS,  # every degraded number against its clean one, with the degradation's parameters
+    "robustness_summary": layout.ROBUSTNESS_SUMMARY,  # per configuration: quality axis, worst degradation, mCE
     "zero_shot": layout.ZERO_SHOT,
     "labels": layout.LABELS,
     "attributes": layout.ATTRIBUTES,
@@ -49,9 +51,10 @@ TABLES = {
     "image_notes": layout.IMAGE_NOTES,
 }
 # What a paper reports: every number with its interval and reason, the per-image predictions behind them, the
-# configurations that have none and why, the LoRA effects and the declared model comparisons. The default of
-# `--tables`.
-RESULTS = ("metrics", "predictions", "unavailable", "lora_effects", "lora_summary", "comparisons")
+# configurations that have none and why, the LoRA effects, the declared model comparisons and the image-quality
+# robustness. The default of `--tables`.
+RESULTS = ("metrics", "predictions", "unavailable", "lora_effects", "lora_summary", "comparisons", "robustness",
+           "robustness_summary")
 ALL = "all"
 DATASET, MODEL, GROUP = "dataset", "model", "group"
 WHOLE_SET_GROUP = "a null group is a whole-set row (the tables write its group as '')"

@@ -109,7 +109,7 @@ class _State:
         if row is not None:
             return {**row, "asset": layout.ROBUSTNESS_SUMMARY_ASSET, "partition": ROBUSTNESS_SUMMARY_PARTITION,
                     "value": row["quality_axis"], "ci_low": None, "ci_high": None, "axis": "robustness",
-                    "metric": "quality_axis", "lineage_ids": str(row.get("lineage_id") or "").split() or [None]}
+                    "metric": "quality_axis", "lineage_ids": [row.get("lineage_id")]}
         return None
 
     def _row(self, table, metric_id: str) -> dict | None:

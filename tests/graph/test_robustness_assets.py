@@ -222,3 +222,26 @@ def test_yes_no_answers_on_degraded_images_are_compared_with_their_clean_scores(
         scored = clean[clean["task"] == row.task].merge(truth, on="image_id").dropna(subset=["score"])
         assert row.clean == pytest.approx(roc_auc_score(scored[row.task].astype(int), scored["score"]), abs=1e-9)
     assert rows.loc[rows["metric"] == "accuracy@youden", "reason"].notna().all()
+
+
+def test_focus_export_takes_out_every_robustness_row_with_the_stamps_they_name(world, tmp_path):
+    """`focus export --tables robustness robustness_summary`: every row of both tables with all its columns, and
+    the manifest holds the lineage stamp each row names (the step that wrote it), as `focus trace` reads it."""
+    from assets.robustness import ROBUSTNESS_SUMMARY_JOB
+    from tests.ops.test_export import focus
+
+    config, defs, instance, _ = world
+    assert defs.resolve_job_def(ROBUSTNESS_SUMMARY_JOB).execute_in_process(instance=instance).success
+    folder = tmp_path / "out"
+    code, _, err = focus(config, "export", "--out", str(folder), "--format", "parquet", "--tables", "robustness",
+                         "robustness_summary")
+    assert code == 0, err
+    manifest = json.loads((folder / "manifest.json").read_text())
+    with table_views(config) as con:
+        rows = con.execute("SELECT * FROM metrics.robustness").df()
+        summary = con.execute("SELECT * FROM metrics.robustness_summary").df()
+    exported = pd.read_parquet(folder / "robustness.parquet")
+    assert sorted(exported["metric_id"]) == sorted(rows["metric_id"]) and list(exported.columns) == list(rows.columns)
+    assert sorted(pd.read_parquet(folder / "robustness_summary.parquet")["metric_id"]) == sorted(summary["metric_id"])
+    named = set(rows["lineage_id"]) | set(summary["lineage_id"].dropna())
+    assert named and named <= {stamp_id for stamp_id, stamp in manifest["row_stamps"].items() if stamp}

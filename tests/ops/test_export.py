@@ -81,9 +81,10 @@ def read_csv_like(path, reference: pd.DataFrame) -> pd.DataFrame:
 def test_the_default_export_holds_every_result_row_with_all_its_columns(exported):
     config, folder, manifest, printed = exported
     assert sorted(p.name for p in folder.iterdir()) == sorted([*DEFAULT_FILES, "manifest.json"])
-    # this pipeline trains no adapter and declares no comparison
-    assert manifest["not_written"] == ["lora_effects", "lora_summary", "comparisons"]
-    assert "lora_effects, lora_summary, comparisons" in printed
+    # this pipeline trains no adapter, declares no comparison and scores no degradation
+    assert manifest["not_written"] == ["lora_effects", "lora_summary", "comparisons", "robustness",
+                                       "robustness_summary"]
+    assert "lora_effects, lora_summary, comparisons, robustness, robustness_summary" in printed
     for name, table in DEFAULT_FILES.items():
         reference = query(config, f"SELECT * FROM {table}")
         exported_rows = read_csv_like(folder / name, reference)

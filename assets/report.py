@@ -127,8 +127,7 @@ def _attribute_notes(stamp: dict | None) -> dict[str, list[str]]:
 # group_attributes, the coverage verdicts its stamps record (the coverage section names withheld attributes).
 READ_ASSETS = (layout.METRICS_ASSET, layout.FAIRNESS_METRICS, layout.QUALITY_METRICS, layout.CROSS_DATASET_METRICS,
                layout.LORA_EFFECTS_ASSET, layout.PREDICTIONS, layout.MODEL_COMPARISONS, layout.GROUP_ATTRIBUTES,
-               layout.ROBUSTNESS_METRICS, layout.ZERO_SHOT_ROBUSTNESS, layout.YES_NO_ROBUSTNESS,
-               layout.ROBUSTNESS_SUMMARY_ASSET)
+               *layout.ROBUSTNESS_ROW_ASSETS.values(), layout.ROBUSTNESS_SUMMARY_ASSET)
 
 
 def _sources(current: dict[str, str]) -> dict[str, str]:

@@ -106,8 +106,7 @@ def definitions(registered: Registered) -> dg.Definitions:
                                                         layout.YES_NO_ROBUSTNESS],
                          "A multimodal LLM's yes/no scores on clean and degraded test images and their robustness "
                          "rows, on one dataset."))
-    rows = {layout.ROBUSTNESS_METRICS, layout.ZERO_SHOT_ROBUSTNESS, layout.YES_NO_ROBUSTNESS}
-    summary_deps = sorted(rows & {asset.key.to_user_string() for asset in assets})
+    summary_deps = sorted(set(layout.ROBUSTNESS_ROW_ASSETS.values()) & {a.key.to_user_string() for a in assets})
     assets.append(_summary_asset(baseline_model(registered), summary_deps))
     return dg.Definitions(assets=assets, jobs=jobs)
 
@@ -318,6 +317,7 @@ def _degraded_yes_no_asset(partitions: dg.MultiPartitionsDefinition, registered:
         parts, runs = [], {}
         for name, severity in plan.variants():
             shards = f"{layout.DEGRADED_TOKEN_PROBABILITIES.shards(model_id, dataset)}/{name}-{severity}"
+            # answer_tokens 0: the first-token probabilities alone (the scores); no answer is generated
             frame, run = yes_no_run(context, mllm, datasets, book, test, asked, tasks, device, 0,
                                     storage.artifact_path(shards), dataset,
                                     what=f"degraded yes/no {model_id}@{dataset} {name} {severity}",
@@ -390,8 +390,7 @@ def _summary_asset(baseline: str | None, deps: list[str]):
         summary = summarise(rows, baseline)
         # What was read, as the stamp ids of every robustness partition in the snapshot the rows came from.
         read = {key: stamp_id for key, stamp_id in current.items()
-                if key.split("[")[0] in (layout.ROBUSTNESS_METRICS, layout.ZERO_SHOT_ROBUSTNESS,
-                                         layout.YES_NO_ROBUSTNESS)}
+                if key.split("[")[0] in layout.ROBUSTNESS_ROW_ASSETS.values()}
         stamp = lineage.stamp(layout.ROBUSTNESS_SUMMARY_ASSET, None, context.run_id, lineage.frame_version(summary),
                               code_version=code_version(), robustness_stamps=read, baseline=baseline)
         storage.replace_table(layout.ROBUSTNESS_SUMMARY, summary, stamp=stamp)

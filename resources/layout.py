@@ -48,6 +48,9 @@ ROBUSTNESS_METRICS = "robustness_metrics"
 ZERO_SHOT_ROBUSTNESS = "zero_shot_robustness"
 DEGRADED_TOKEN_PROBABILITIES_ASSET = "degraded_token_probabilities"
 YES_NO_ROBUSTNESS = "yes_no_robustness"
+# The asset that writes each method's rows of the robustness table (ROBUSTNESS).
+ROBUSTNESS_ROW_ASSETS = {"linear_probe": ROBUSTNESS_METRICS, "zero_shot": ZERO_SHOT_ROBUSTNESS,
+                         "yes_no": YES_NO_ROBUSTNESS}
 ROBUSTNESS_SUMMARY_ASSET = "robustness_summary"
 CROSS_DATASET_METRICS = "cross_dataset_metrics"
 MODEL_COMPARISONS = "model_comparisons"

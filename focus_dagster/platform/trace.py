@@ -102,7 +102,7 @@ class _State:
         row = self._row(layout.ROBUSTNESS, metric_id) if self._has(layout.ROBUSTNESS) else None
         if row is not None:
             probe = row["method"] == "linear_probe"
-            return {**row, "asset": ROBUSTNESS_ASSET_OF_METHOD.get(row["method"], layout.ROBUSTNESS_METRICS),
+            return {**row, "asset": layout.ROBUSTNESS_ROW_ASSETS.get(row["method"], layout.ROBUSTNESS_METRICS),
                     "value": row["degraded"], "axis": "robustness", "group": f"{row['degradation']}@{row['severity']}",
                     "train_dataset": row["dataset"] if probe else None, "lineage_ids": [row.get("lineage_id")]}
         row = self._row(layout.ROBUSTNESS_SUMMARY, metric_id) if self._has(layout.ROBUSTNESS_SUMMARY) else None
@@ -281,8 +281,6 @@ def _weights_change(model: dict) -> str | None:
 TRACED_TABLES = (layout.METRICS, layout.LORA_EFFECTS, layout.COMPARISONS, layout.ROBUSTNESS, layout.ROBUSTNESS_SUMMARY)
 LORA_EFFECTS_PARTITION = "lora_effects"  # a LoRA effects row's `partition` as the walk sees it
 COMPARISONS_PARTITION = "model_comparisons"  # a comparison row's
-ROBUSTNESS_ASSET_OF_METHOD = {"linear_probe": layout.ROBUSTNESS_METRICS, "zero_shot": layout.ZERO_SHOT_ROBUSTNESS,
-                              "yes_no": layout.YES_NO_ROBUSTNESS}  # the asset that writes a method's robustness rows
 ROBUSTNESS_SUMMARY_PARTITION = "robustness_summary"  # a robustness summary row's (the table is not partitioned)
 # What a robustness row (or summary row) records beside the common columns: the degradation with its parameters.
 ROBUSTNESS_FACTS = ("degradation", "severity", "registry", "parameters", "clean", "degraded", "delta", "delta_low",

@@ -199,7 +199,8 @@ def score_yes_no(context, output: YesNoOutput, mllm, datasets: DatasetRoots, sto
         context.log.warning(f"{output.key}: answer variants left out (not single tokens): {mllm.tokens.excluded}")
     frame, run = yes_no_run(context, mllm, datasets, book, labels, asked, tasks, device, answer_tokens,
                             storage.artifact_path(output.files.shards(output.key, output.dataset)), output.dataset,
-                            what=f"yes/no scores {output.key}@{output.dataset}", fingerprint=fingerprint)
+                            what=f"yes/no scores {output.key}@{output.dataset}", fingerprint=fingerprint,
+                            pixel_cache=storage.artifact_path(layout.pixels_dir(output.dataset)))
     stamp = model_output_stamp(output.asset, output.key, output.dataset, context.run_id, frame, mllm, **inputs,
                                answer_tokens=answer_tokens, **(facts or {}))
     path, sha = storage.write_parquet(output.files.file(output.key, output.dataset), frame, stamp)
@@ -210,10 +211,10 @@ def score_yes_no(context, output: YesNoOutput, mllm, datasets: DatasetRoots, sto
 
 def yes_no_run(context, mllm, datasets: DatasetRoots, book: QuestionBook, labels: pd.DataFrame, asked: pd.DataFrame,
                tasks: list[str], device: str, answer_tokens: int, work_dir, dataset: str, what: str,
-               fingerprint: dict | None = None, alteration=None):
+               fingerprint: dict | None = None, alteration=None, pixel_cache=None):
     """The batched first-token path over the images of `labels` that have questions: (probabilities frame, run).
-    `alteration` (a degradation) changes each decoded image before the model's preprocessing; its shards are then
-    keyed by it as well."""
+    `alteration` (a degradation) changes each image's pixels on the model's grid; its shards are then keyed by it
+    as well. `pixel_cache` keeps the pixels for the next run with the same preprocessing (the degradations)."""
     from focus_dagster.inference.engine import run_fingerprint, run_on_images
     from focus_dagster.inference.yes_no import probabilities_frame, yes_no_scorer
 
@@ -224,7 +225,7 @@ def yes_no_run(context, mllm, datasets: DatasetRoots, book: QuestionBook, labels
         scorer, items, mllm.spec.preprocess, work_dir=work_dir,
         fingerprint=run_fingerprint({**_fingerprint_parts(mllm, asked.loc[asked["task"].isin(tasks)], answer_tokens),
                                      **(fingerprint or {})}),
-        device=device, progress=context.log.info, pass_ids=True, alteration=alteration,
+        device=device, progress=context.log.info, pass_ids=True, alteration=alteration, pixel_cache=pixel_cache,
         what=f"{what} ({len(tasks)} questions per image)",
     )
     return probabilities_frame(run.image_ids, run.outputs, tasks, asked, mllm.processor.tokenizer), run

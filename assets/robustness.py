@@ -33,11 +33,12 @@ ROBUSTNESS_SUMMARY_JOB = "focus_robustness_summary"
 
 DEGRADED_DESCRIPTION = (
     "Embeddings of the test images under graded fundus degradations (focus_dagster/degradations, versioned "
-    "registry): each degradation of `degradations:` in focus.yaml at each of its severities, applied to the decoded "
-    "photograph inside the fundus disc before the model's own preprocessing, seeded per image (the same image and "
-    "severity give the same bytes in every run). One Parquet file (image_id, degradation, severity, embedding); "
-    "degraded pixels are kept in the pixel cache under their own key, so the next model with the same input size "
-    "reads them. Metadata: images per degradation, images/s, every degradation's parameters and where they come "
+    "registry): each degradation of `degradations:` in focus.yaml at each of its severities, applied inside the "
+    "fundus disc to each test image's clean pixels on the model's grid (after its library's resize, before "
+    "normalisation: where the published severities are defined), seeded per image (the same image and severity "
+    "give the same bytes in every run). One Parquet file (image_id, degradation, severity, embedding); clean and "
+    "degraded pixels are kept in the pixel cache, so an image is decoded once for every degradation and the next "
+    "model with the same input size reads them. Metadata: images per degradation, images/s, every degradation's parameters and where they come "
     "from."
 )
 ROBUSTNESS_DESCRIPTION = (
@@ -57,8 +58,9 @@ ZERO_SHOT_ROBUSTNESS_DESCRIPTION = (
 )
 DEGRADED_YES_NO_DESCRIPTION = (
     "Each multimodal LLM's yes/no first-token probabilities on the test images under the degradations of "
-    "`degradations:` (the same questions, answer tokens and batched path as token_probabilities; each decoded "
-    "photograph degraded inside its fundus disc before the model's own preprocessing, seeded per image). One "
+    "`degradations:` (the same questions, answer tokens and batched path as token_probabilities; each test "
+    "image's clean pixels on the model's grid, read back from the pixel cache, degraded inside its fundus disc, "
+    "seeded per image). One "
     "Parquet file: token_probabilities' columns with `degradation` and `severity`."
 )
 YES_NO_ROBUSTNESS_DESCRIPTION = (
@@ -321,7 +323,8 @@ def _degraded_yes_no_asset(partitions: dg.MultiPartitionsDefinition, registered:
             frame, run = yes_no_run(context, mllm, datasets, book, test, asked, tasks, device, 0,
                                     storage.artifact_path(shards), dataset,
                                     what=f"degraded yes/no {model_id}@{dataset} {name} {severity}",
-                                    alteration=Degrading(name, severity))
+                                    alteration=Degrading(name, severity),
+                                    pixel_cache=storage.artifact_path(layout.pixels_dir(dataset)))
             runs[f"{name}@{severity}"] = run
             parts.append(frame.assign(degradation=name, severity=severity))
         frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

@@ -1,4 +1,4 @@
-"""Applying a degradation: `degrade` on one decoded photograph, `Degrading` as the batched engine applies it.
+"""Applying a degradation: `degrade` on one image's pixels, `Degrading` as the batched engine applies it.
 
 Kept apart from the registry so that reading the configuration (which validates names against the registry)
 never imports torch."""
@@ -42,8 +42,9 @@ def degrade(image: np.ndarray, name: str, severity: int, key: str, device: str |
 
 @dataclass(frozen=True)
 class Degrading:
-    """One degradation at one severity, as the batched engine applies it to every decoded image of a run
-    (focus_dagster/inference/engine.py, `Alteration`): `id` is part of its pixel-cache and shard keys."""
+    """One degradation at one severity, as the batched engine applies it to every image of a run, on the
+    model's pixel grid (focus_dagster/inference/engine.py, `Alteration`): `id` is part of its pixel-cache and
+    shard keys."""
 
     name: str
     severity: int

@@ -7,12 +7,16 @@ on a disc 2,016 px across.
 
 The disc is found from the image itself, as the circle spanned by the columns and rows that hold retina (any
 channel brighter than the surround's black). A photograph cropped at its top and bottom (the disc wider than the
-frame is tall) keeps the disc's true diameter from its width; one with no black surround at all is a disc as wide
-as the image's longer side, covering the frame.
+frame is tall) keeps the disc's true diameter from its width. A model's centre crop can cut the disc on all four
+sides: its rows and columns then span the whole frame, but the black corners still show where the rim runs, so
+the radius is also measured from the centre along the four diagonals to the first black pixel (the larger of the
+two counts). A frame with retina up to all four corners (no black surround at all) lies inside the disc: its disc
+is the circle through the corners, so a degradation reaches every pixel of it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,10 +60,27 @@ def find_disc(image: np.ndarray) -> Disc:
     columns = _spanned(image[::_LOOK_STEP].max(axis=2) > SURROUND_LEVEL, axis=0)
     rows = _spanned(image[:, ::_LOOK_STEP].max(axis=2) > SURROUND_LEVEL, axis=1)
     if columns is None or rows is None:  # no retina brighter than black: the whole frame
-        return Disc(width / 2, height / 2, max(height, width) / 2, height, width)
+        return Disc(width / 2, height / 2, math.hypot(height, width) / 2, height, width)
     (left, right), (top, bottom) = columns, rows
-    radius = max(right - left, bottom - top) / 2
-    return Disc((left + right) / 2, (top + bottom) / 2, radius, height, width)
+    cx, cy = (left + right) / 2, (top + bottom) / 2
+    radius = max(right - left, bottom - top, 2 * _diagonal_reach(image, cx, cy)) / 2
+    return Disc(cx, cy, radius, height, width)
+
+
+def _diagonal_reach(image: np.ndarray, cx: float, cy: float) -> float:
+    """How far the retina reaches from the centre along the four diagonals (the median of the four): to the first
+    black pixel, or past the frame's corner when the retina runs up to it."""
+    height, width = image.shape[:2]
+    steps = np.arange(0.0, math.hypot(height, width), 1.0)
+    reaches = []
+    for dx, dy in ((1, 1), (1, -1), (-1, 1), (-1, -1)):
+        xs = np.floor(cx + dx * steps / math.sqrt(2)).astype(int)
+        ys = np.floor(cy + dy * steps / math.sqrt(2)).astype(int)
+        inside = (xs >= 0) & (xs < width) & (ys >= 0) & (ys < height)
+        xs, ys = xs[inside], ys[inside]  # the ray from the centre to the frame's edge
+        retina = image[ys, xs].max(axis=1) > SURROUND_LEVEL
+        reaches.append(steps[int(np.argmin(retina))] if not retina.all() else steps[len(retina) - 1] + 1)
+    return float(np.median(reaches))
 
 
 def _spanned(retina: np.ndarray, axis: int) -> tuple[int, int] | None:

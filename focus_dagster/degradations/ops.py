@@ -2,7 +2,7 @@
 
 Where torchvision has the operation (brightness, contrast, JPEG through libjpeg-turbo or nvJPEG, Gaussian blur)
 it is torchvision's, so its definition is the library's and it runs on a GPU unchanged. The others are written
-here because no maintained library defines them on a fundus at full resolution; each is tested against a
+here because no maintained library defines them on a fundus disc; each is tested against a
 reference computed independently (tests/core/degradations).
 
 Spatial parameters arrive already scaled to the image (fundus.Disc.scale); random draws come from the caller's
@@ -37,7 +37,8 @@ def disk_kernel(radius: float, alias_sigma: float) -> np.ndarray:
 
 def convolve_reflect(image: torch.Tensor, kernel: np.ndarray) -> torch.Tensor:
     """`image` (3 x H x W) convolved with a symmetric square `kernel`, edges mirrored (d c b | a b c d), through the
-    FFT: a defocus kernel 70 px wide on a 2,000 px fundus is ~5,000 taps, too many for a direct convolution."""
+    FFT: the cost does not grow with the kernel (a defocus kernel 70 px wide on a 2,000 px fundus, the case of a
+    model that sees large images, is ~5,000 taps)."""
     half = kernel.shape[0] // 2
     height, width = image.shape[-2:]
     if half >= min(height, width):

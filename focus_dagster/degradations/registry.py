@@ -2,9 +2,9 @@
 
 Severities 1-5 follow MedMNIST-C's set for fundus photographs (RetinaMNIST; Di Salvo et al. 2024) where it has
 the degradation: defocus blur, under-exposure, contrast loss, JPEG compression, Gaussian sensor noise. Their
-values are defined on 224-px images; a spatial value (a blur radius, a noise grain) is scaled here by the fundus
-disc's diameter / 224, so that severity 3 means the same on BRSET's 2,000 px photographs and IDRiD's 4,288 px
-ones. Uneven illumination, haze and the edge shadow are not in that set (MedMNIST-C's fundus set has no
+values are defined on 224-px images, and the platform applies them on the model's pixel grid (degradations/
+__init__.py says why); a spatial value (a blur radius, a noise grain) is scaled by the fundus disc's diameter /
+224, so that severity 3 means the same to a model that sees 224 px and to one that sees 448. Uneven illumination, haze and the edge shadow are not in that set (MedMNIST-C's fundus set has no
 illumination or cataract model); their forms follow Shen et al. 2020 ("Modeling and enhancing low-quality retinal
 fundus images") and Peli's cataract model, and their five values are this registry's own, spread from barely
 visible (1) to a grader's "inadequate" (5). Any change to a value or a form is a new REGISTRY_VERSION.
@@ -20,7 +20,8 @@ from typing import Any
 
 from focus_dagster.errors import FocusError
 
-REGISTRY_VERSION = "focus-degradations-1"
+# 2: applied on the model's pixel grid (before: on the decoded photograph at full size, then resized)
+REGISTRY_VERSION = "focus-degradations-2"
 SEVERITIES = (1, 2, 3, 4, 5)
 MEDMNIST_C = "MedMNIST-C, RetinaMNIST set (Di Salvo et al. 2024, medmnistc corruptions registry)"
 OWN = "this registry's own five values (no published set has this degradation for fundus photographs)"
@@ -79,7 +80,7 @@ DEGRADATIONS: dict[str, Degradation] = {d.name: d for d in (
                 "a blend with the image's mean grey (MedMNIST-C contrast_down)",
                 "torchvision adjust_contrast (= PIL ImageEnhance.Contrast)"),
     Degradation("jpeg_compression", "compression", "JPEG quality", (30, 25, 20, 10, 5), MEDMNIST_C,
-                "encoded and decoded at the quality, at full resolution as an archive compresses",
+                "encoded and decoded at the quality on the model's pixel grid (MedMNIST-C compresses its 224-px images)",
                 "torchvision jpeg (libjpeg-turbo; nvJPEG on a GPU)"),
     Degradation("sensor_noise", "noise", "standard deviation on 0-1, per reference pixel",
                 (0.04, 0.08, 0.12, 0.16, 0.20), MEDMNIST_C,

@@ -26,7 +26,7 @@ import numpy as np
 
 from focus_dagster.files import atomic_path
 from focus_dagster.inference.device_decode import Decoder, choose_decoder, decode_batch
-from focus_dagster.inference.images import decode_rgb, is_colour_jpeg, normalise, pixels_from_bytes
+from focus_dagster.inference.images import is_colour_jpeg, normalise, pixels_from_bytes
 from focus_dagster.inference.pixel_cache import KnownHashes, PixelCache, content_hash_of, preprocessing_key
 from focus_dagster.models.spec import Preprocess
 from focus_dagster.progress import Progress
@@ -109,10 +109,10 @@ CACHED, DECODED, ON_DEVICE, FAILED = "cache", "decoded", "device", "failed"
 
 
 class Alteration(Protocol):
-    """What a run does to every decoded image before the model's preprocessing (a degradation at one severity):
-    `id` names it and its parameters (part of the pixel-cache key and of the shard keys), and calling it with the
-    decoded H x W x 3 uint8 image and the image's content hash returns the altered image, the same bytes for the
-    same image every time."""
+    """What a run does to every image's pixels on the model's grid, before the model's normalisation (a
+    degradation at one severity): `id` names it and its parameters (part of the pixel-cache key and of the shard
+    keys), and calling it with the image's uint8 pixels (H x W x 3) and its content hash returns the altered
+    pixels, the same bytes for the same image every time."""
 
     id: str
 
@@ -156,25 +156,36 @@ class ImageFiles:
         cached = self.cache.read(key) if self.cache else None
         if cached is not None:
             return Fetched(index, torch.from_numpy(cached), None, key, CACHED)
+        if self.alteration is not None:
+            return self._altered(index, path, data, content, key)
         data = Path(path).read_bytes() if data is None else data
-        if self.decoder.device and self.alteration is None and is_colour_jpeg(data):
+        if self.decoder.device and is_colour_jpeg(data):
             return Fetched(index, None, torch.frombuffer(bytearray(data), dtype=torch.uint8), key, ON_DEVICE)
-        pixels = self._pixels(data, content)
+        pixels = pixels_from_bytes(data, self.preprocess, self.decoder.cpu)
         if self.cache:
             self.cache.write(key, pixels)
         return Fetched(index, torch.from_numpy(pixels), None, key, DECODED)
 
-    def _pixels(self, data: bytes, content: str) -> np.ndarray:
-        """The model's pixels of one image: decoded in full, altered (degraded) when this run alters images,
-        then resized by the model's library."""
-        if self.alteration is None:
-            return pixels_from_bytes(data, self.preprocess, self.decoder.cpu)
-        from PIL import Image
+    def _altered(self, index: int, path: str, data: bytes | None, content: str, key: str) -> Fetched:
+        """One image's degraded pixels: its clean pixels on the model's grid (read back from the cache when the
+        clean run or another degradation left them there: each image is decoded once for all its degradations),
+        degraded on that grid (degradations/__init__.py says why there), then cached under their own key."""
+        import torch
 
-        from focus_dagster.inference.transforms import library_pixels
-
-        decoded = np.asarray(decode_rgb(data, self.decoder.cpu))
-        return library_pixels(Image.fromarray(self.alteration(decoded, content)), self.preprocess)
+        clean = self.cache.read(content) if self.cache else None
+        origin = CACHED
+        if clean is None:
+            data = Path(path).read_bytes() if data is None else data
+            clean = pixels_from_bytes(data, self.preprocess, self.decoder.cpu)
+            origin = DECODED
+            # A device decoder's cache holds its own pixels (they can differ in the last bit): the clean run
+            # writes them there, not this CPU decode.
+            if self.cache and not self.decoder.device:
+                self.cache.write(content, clean)
+        pixels = np.ascontiguousarray(self.alteration(clean.transpose(1, 2, 0), content).transpose(2, 0, 1))
+        if self.cache:
+            self.cache.write(key, pixels)
+        return Fetched(index, torch.from_numpy(pixels), None, key, origin)
 
     def _content_key(self, path: str) -> tuple[str, bytes | None]:
         """The image's content hash: the labels' while the file is unchanged since, else its bytes' (then read
@@ -225,8 +236,9 @@ def run_on_images(
     the same preprocessing; `known_hashes` (the labels' content hashes) spare reading and hashing files that
     have not changed since. `decoder` is chosen from the device unless given (device_decode.choose_decoder).
 
-    `alteration` (a degradation at one severity; `Alteration`) is applied to every decoded image before the
-    model's preprocessing; its pixels are cached under their own key and its shards keyed by it.
+    `alteration` (a degradation at one severity; `Alteration`) is applied to every image's clean pixels on the
+    model's grid (read back from the pixel cache when there, so an image is decoded once for all degradations);
+    the altered pixels are cached under their own key and the shards keyed by the alteration.
 
     `progress` gets a progress line (done / total images of the shards to compute, rate, time left) about every
     ten seconds and a final one, named `what` (focus_dagster/progress.py); without it the lines go to `ImageRun.log`.

@@ -166,6 +166,30 @@ def test_the_disc_is_found_where_it_was_drawn_even_when_the_frame_crops_it():
     assert np.array_equal(disc.mask(), inside[60:340])
 
 
+def test_a_centre_crop_that_cuts_the_disc_on_every_side_keeps_its_true_radius():
+    """A model's centre crop: rows and columns all hold retina, only the corners are black. The rim seen in the
+    corners gives the radius drawn (170 px), where the frame's extent alone would say 130."""
+    image, inside = flat_disc(400, radius=170)
+    crop = image[70:330, 70:330]
+    disc = find_disc(crop)
+    assert (disc.cx, disc.cy, disc.radius) == (130, 130, 170)
+    assert np.array_equal(disc.mask(), inside[70:330, 70:330])
+
+
+def test_a_crop_inside_the_disc_is_degraded_to_its_corners():
+    """Retina up to every corner, no black at all: the disc is at least the circle through the corners, so blur
+    reaches every pixel; an inscribed circle would leave the corners sharp."""
+    image, _ = flat_disc(400, radius=190)
+    image[::8] = 40  # stripes for the blur to smear
+    crop = np.ascontiguousarray(image[112:288, 112:288])  # 176 px inside a disc 380 px across
+    disc = find_disc(crop)
+    assert (disc.cx, disc.cy) == (88, 88) and disc.radius >= 88 * 2**0.5
+    assert disc.mask().all()
+    blurred = degrade(crop, "defocus_blur", 5, "k")
+    corner = (slice(0, 20), slice(0, 20))
+    assert not np.array_equal(blurred[corner], crop[corner])
+
+
 def test_severities_scale_with_the_disc_so_a_bigger_photograph_degrades_alike():
     """The same retina at 224 and at 896 px: blurred at the same severity, the large one brought down to 224 px
     matches the small one, as the reference-pixel definition promises (a fixed radius in pixels would not)."""

@@ -7,14 +7,17 @@ background. Everything on the way is the platform's: the reader, the label rule 
 EfficientNet-Lite0 with its real ImageNet weights through the batched engine (degraded images through the same
 engine and pixel path), the in-domain probes fit on clean training images, and the robustness rows with their
 paired intervals. Claims:
-- referable DR: AUROC falls with every step of blur severity (1 -> 3 -> 5), and the paired drop at severity 5
-  excludes zero;
+- any DR and referable DR: AUROC falls with every step of blur severity (1 -> 3 -> 5), and the paired drop at
+  severity 5 excludes zero;
 - noise painted only outside the fundus disc (the `surround_noise` control) leaves AUROC where it was: its paired
   interval covers zero, for any DR (clean AUROC near 0.9, room to fall either way) and referable DR.
-Measured on two look-alike seeds (400 records, 135 and 144 test images): referable DR 0.993 -> 0.984, 0.971,
-0.934 (drop at 5: -0.128 to -0.006) and 1.000 -> 0.999, 0.982, 0.942 (-0.107 to -0.018); the control's any-DR
-change +0.004 (-0.006, +0.014) and -0.012 (-0.029, +0.003). Any DR alone is too noisy for the blur claim at this
-size: its drop at severity 5 was -0.069 (-0.160, +0.014) on seed 0.
+Measured on two look-alike seeds (400 records, 135 and 144 test images; registry 2, degraded on the model's 224-px
+grid): referable DR 0.993 -> 0.991, 0.973, 0.945 (drop at 5: -0.111 to -0.003) and 1.000 -> 0.999, 0.971, 0.970
+(-0.066 to -0.001); any DR 0.876 -> 0.901, 0.845, 0.801 and 0.927 -> 0.912, 0.823, 0.794 (drop at 5: -0.158 to
+-0.004, -0.208 to -0.059); the control at severity 5 on any DR -0.004 (-0.014, +0.005) and -0.005 (-0.014,
++0.004), on referable DR 0.000 (-0.003, +0.003) and 0.000. Taking the centre crop's frame for the disc (its rows and
+columns all hold retina) put the control's noise on the retina's rim: any DR rose by +0.026 (+0.005, +0.050) on
+seed 0; the disc is measured from the black corners instead (degradations/fundus.py).
 """
 
 from __future__ import annotations
@@ -67,10 +70,11 @@ def test_the_probes_rank_the_clean_test_images_well(auroc):
     assert (auroc["clean"] > 0.8).all() and (auroc["n_pos"] >= 25).all() and (auroc["n"] >= 120).all()
 
 
-def test_auroc_falls_with_each_blur_severity_and_the_drop_at_five_excludes_zero(auroc):
-    blur = auroc.loc[("referable_dr", "defocus_blur"), "degraded"]
+@pytest.mark.parametrize("task", ["any_dr", "referable_dr"])
+def test_auroc_falls_with_each_blur_severity_and_the_drop_at_five_excludes_zero(auroc, task):
+    blur = auroc.loc[(task, "defocus_blur"), "degraded"]
     assert blur.loc[1] > blur.loc[3] > blur.loc[5], blur.to_dict()
-    worst = auroc.loc[("referable_dr", "defocus_blur", 5)]
+    worst = auroc.loc[(task, "defocus_blur", 5)]
     assert worst["delta_high"] < 0, worst.to_dict()
 
 

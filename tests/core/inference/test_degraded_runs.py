@@ -1,6 +1,7 @@
-"""The engine with a degradation: every decoded image degraded before the model's library resizes it, the degraded
-pixels cached under their own key (a second model reads them, the clean pixels stay clean), the shards of each
-degradation and severity their own."""
+"""The engine with a degradation: every image's pixels degraded on the model's grid (after the library's resize,
+before normalisation), each image decoded once for all its degradations (its clean pixels from the cache), the
+degraded pixels cached under their own key (a second model reads them, the clean pixels stay clean), the shards of
+each degradation and severity their own."""
 
 from __future__ import annotations
 
@@ -37,16 +38,16 @@ def run(items, tmp_path, name: str, alteration=None, **options):
 
 
 def expected(path: str, name: str, severity: int) -> np.ndarray:
-    """The model's input written out by hand: Pillow's decode, the degradation keyed by the file's content hash,
-    the library's resize, the model's normalisation, pooled as the toy model pools it."""
+    """The model's input written out by hand: Pillow's decode, the library's resize, the degradation keyed by the
+    file's content hash on those pixels, the model's normalisation, pooled as the toy model pools it."""
     data = open(path, "rb").read()
-    decoded = np.asarray(Image.open(path).convert("RGB"))
-    degraded = degrade(decoded, name, severity, content_hash_of(data))
-    pixels = torch.from_numpy(library_pixels(Image.fromarray(degraded), PRE))[None]
+    resized = library_pixels(Image.open(path).convert("RGB"), PRE).transpose(1, 2, 0)
+    degraded = degrade(resized, name, severity, content_hash_of(data))
+    pixels = torch.from_numpy(np.ascontiguousarray(degraded.transpose(2, 0, 1)))[None]
     return mean_pixels(normalise(pixels, PRE)).numpy()[0]
 
 
-def test_each_image_is_degraded_after_decoding_and_before_the_models_resize(items, tmp_path):
+def test_each_image_is_degraded_on_the_models_grid_after_the_resize(items, tmp_path):
     result = run(items, tmp_path, "blur", Degrading("underexposure", 5), decoder=None)
     clean = run(items, tmp_path, "clean")
     for index, (_, path) in enumerate(items):
@@ -60,9 +61,13 @@ def test_degraded_pixels_are_cached_apart_from_the_clean_ones(items, tmp_path):
     assert (first.pixels_decoded, second.pixels_from_cache) == (len(items), len(items))
     assert np.array_equal(first.outputs, second.outputs)
     clean = run(items, tmp_path, "clean")
-    assert clean.pixels_decoded == len(items)  # the degraded pixels are not served as clean ones
+    uncached = run_on_images(mean_pixels, items, PRE, work_dir=tmp_path / "uncached", fingerprint="toy",
+                             num_workers=0)
+    assert clean.pixels_from_cache == len(items)  # the first degraded run decoded each image and kept it clean
+    assert np.array_equal(clean.outputs, uncached.outputs)  # the degraded pixels are not served as clean ones
     other = run(items, tmp_path, "other", Degrading("defocus_blur", 5))
-    assert other.pixels_decoded == len(items) and not np.allclose(other.outputs, first.outputs)
+    assert other.pixels_decoded == 0 and other.pixels_from_cache == len(items)  # decoded once for every variant
+    assert not np.allclose(other.outputs, first.outputs)
 
 
 def test_each_degradation_and_severity_keeps_its_own_shards(items, tmp_path):

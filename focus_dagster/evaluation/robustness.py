@@ -155,7 +155,7 @@ def _finished(parts: list[pd.DataFrame | None], degradations: list[dict]) -> pd.
         for model, dataset, task, method, train, metric, name, severity in zip(
             frame["model"], frame["dataset"], frame["task"], frame["method"], frame["train_dataset"], frame["metric"],
             frame["degradation"], frame["severity"])])
-    columns = ["metric_id"] + CONFIGURATION_COLUMNS + ROBUSTNESS_COLUMNS + PROVENANCE_COLUMNS
+    columns = ["metric_id"] + CONFIGURATION_COLUMNS + ["train_dataset"] + ROBUSTNESS_COLUMNS + PROVENANCE_COLUMNS
     return frame.reindex(columns=columns)
 
 
@@ -169,7 +169,7 @@ def robustness_metric_id(model: str, dataset: str, task: str, method: str, train
 
 # ------------------------------------------------------------------------------------------------- summary
 
-SUMMARY_COLUMNS = ["metric_id", "model", "dataset", "task", "method", "variants", "n", "n_pos", "mean_relative_drop",
+SUMMARY_COLUMNS = ["metric_id", "model", "dataset", "task", "method", "train_dataset", "variants", "n", "n_pos", "mean_relative_drop",
                    "quality_axis", "worst_degradation", "worst_severity", "worst_relative_drop", "ce_baseline", "mce",
                    "mce_reason", "lineage_id"]
 
@@ -209,9 +209,11 @@ def _summary_row(config: tuple, group: pd.DataFrame, base: pd.DataFrame | None, 
     mce, reason = _mce(group, base, baseline)
     model, dataset, task, method = config
     lineage_ids = group["lineage_id"].dropna().unique() if "lineage_id" in group else []
-    return dict(zip(["model", "dataset", "task", "method"], config),
-                metric_id=robustness_metric_id(model, dataset, task, method,
-                                               dataset if method == PROBE_METHOD else None, QUALITY_AXIS_METRIC),
+    # as its rows recorded it (one value per configuration; rows written before they recorded it: unknown)
+    trained_on = group["train_dataset"].dropna().unique() if "train_dataset" in group else []
+    train_dataset = str(trained_on[0]) if len(trained_on) == 1 else None
+    return dict(zip(["model", "dataset", "task", "method"], config), train_dataset=train_dataset,
+                metric_id=robustness_metric_id(model, dataset, task, method, train_dataset, QUALITY_AXIS_METRIC),
                 variants=len(group), n=int(group["n"].max()), n_pos=int(group["n_pos"].max()),
                 lineage_id=lineage_ids[0] if len(lineage_ids) == 1 else None,
                 mean_relative_drop=mean_drop, quality_axis=None if mean_drop is None else 1 - mean_drop,

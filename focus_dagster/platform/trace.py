@@ -101,10 +101,9 @@ class _State:
         clean probe scores, the probes and the labels."""
         row = self._row(layout.ROBUSTNESS, metric_id) if self._has(layout.ROBUSTNESS) else None
         if row is not None:
-            probe = row["method"] == "linear_probe"
             return {**row, "asset": layout.ROBUSTNESS_ROW_ASSETS.get(row["method"], layout.ROBUSTNESS_METRICS),
                     "value": row["degraded"], "axis": "robustness", "group": f"{row['degradation']}@{row['severity']}",
-                    "train_dataset": row["dataset"] if probe else None, "lineage_ids": [row.get("lineage_id")]}
+                    "lineage_ids": [row.get("lineage_id")]}
         row = self._row(layout.ROBUSTNESS_SUMMARY, metric_id) if self._has(layout.ROBUSTNESS_SUMMARY) else None
         if row is not None:
             return {**row, "asset": layout.ROBUSTNESS_SUMMARY_ASSET, "partition": ROBUSTNESS_SUMMARY_PARTITION,

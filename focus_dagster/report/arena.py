@@ -363,17 +363,23 @@ def quality_axis_rows(summary: pd.DataFrame | None) -> pd.DataFrame:
                "reason", "partition"]
     if summary is None or summary.empty:
         return pd.DataFrame(columns=columns)
-    probe = summary["method"].eq("linear_probe")
     return pd.DataFrame({
         "metric_id": summary["metric_id"], "model": summary["model"], "dataset": summary["dataset"],
         "task": summary["task"], "method": summary["method"],
-        "train_dataset": summary["dataset"].where(probe, None), "axis": ROBUSTNESS, "metric": QUALITY_AXIS,
+        "train_dataset": _recorded_train_dataset(summary), "axis": ROBUSTNESS, "metric": QUALITY_AXIS,
         "group": "", "value": summary["quality_axis"].astype(float), "ci_low": np.nan, "ci_high": np.nan,
         "n": summary["n"], "n_pos": summary["n_pos"],
         "reason": np.where(summary["quality_axis"].isna(), "no degraded AUROC of this configuration is defined "
                            "(see its rows in metrics.robustness)", None),
         "partition": summary["model"] + "|" + summary["dataset"],
     }, columns=columns)
+
+
+def _recorded_train_dataset(summary: pd.DataFrame) -> pd.Series:
+    """The training dataset each summary row records (a summary written before it recorded one: unknown)."""
+    if "train_dataset" not in summary:
+        return pd.Series(None, index=summary.index, dtype=object)
+    return summary["train_dataset"].astype(object).where(summary["train_dataset"].notna(), None)
 
 
 def robustness_curves(rows: pd.DataFrame | None, models: dict[str, ModelInfo]) -> pd.DataFrame:
@@ -424,7 +430,7 @@ def robustness_extremes(summary: pd.DataFrame | None, models: dict[str, ModelInf
         return pd.DataFrame(columns=columns)
     defined = summary[summary["mean_relative_drop"].notna()].copy()
     defined["pipeline_check"] = [bool(models.get(m) and models[m].pipeline_check) for m in defined["model"]]
-    defined["_train"] = defined["dataset"].where(defined["method"].eq("linear_probe"), "")
+    defined["_train"] = _recorded_train_dataset(defined).fillna("")
     defined["configuration"] = [configuration_label(row) for row in defined.to_dict("records")]
     parts = []
     for check, group in defined.groupby("pipeline_check", sort=True):  # real models first

@@ -70,6 +70,7 @@ def test_robustness_rows_equal_scikit_learn_on_the_written_scores(world):
     degraded = pd.read_parquet(config.artifacts / "degraded_embeddings" / "tiny_vit" / "brset.parquet")
     probes = load_probes(config.artifacts / "probes" / "tiny_vit" / "brset.npz")
     assert set(rows["task"]) == set(probes) == {"any_dr", "referable_dr", "gon"} and len(rows) == len(probes) * 4
+    assert set(rows["train_dataset"]) == {"brset"}  # an in-domain probe, trained on brset: recorded on each row
     for row in rows.itertuples():
         truth = labels.loc[(labels["split"] == "test") & labels[row.task].notna(), ["image_id", row.task]]
         scores = clean[clean["task"] == row.task].merge(truth, on="image_id")
@@ -113,6 +114,7 @@ def test_the_summary_has_a_row_per_configuration_with_its_mean_drop_and_mce_agai
     for row in summary.itertuples():
         mine = rows[rows["task"] == row.task]
         assert row.variants == 4 and row.mean_relative_drop == pytest.approx(mine["relative_drop"].mean())
+        assert row.train_dataset == "brset"
         assert row.mce == pytest.approx(1.0)  # the only encoder is its own baseline
 
 
@@ -176,6 +178,7 @@ def test_zero_shot_prompts_on_degraded_images_are_compared_with_their_clean_scor
             "metric_id"])
     labels = pd.read_parquet(config.artifacts / "labels" / "brset.parquet")
     assert set(rows["model"]) == {"tiny_clip"} and set(rows["partition"]) == {"tiny_clip|brset|zero_shot"}
+    assert rows["train_dataset"].isna().all()  # zero-shot trains on nothing
     assert len(rows) == clean["task"].nunique() * 4 * 3  # tasks x variants x (AUROC, accuracy, ECE)
     assert rows["metric_id"].is_unique and not set(rows["metric_id"]) & probe_ids
     for row in rows[rows["metric"] == "auroc"].itertuples():

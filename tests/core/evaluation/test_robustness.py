@@ -73,7 +73,8 @@ def summary_rows() -> "pd.DataFrame":
     """Two models on one dataset, task and method; the baseline A. Values chosen so the figures are exact by hand."""
     import pandas as pd
 
-    base = {"dataset": "brset", "task": "any_dr", "method": "linear_probe", "metric": "auroc", "n": 100, "n_pos": 30}
+    base = {"dataset": "brset", "task": "any_dr", "method": "linear_probe", "train_dataset": "brset", "metric": "auroc",
+            "n": 100, "n_pos": 30}
     rows = [("A", "blur", 1, 0.90, 0.10), ("A", "blur", 3, 0.80, 0.20), ("A", "jpeg", 3, 0.85, 0.15),
             ("B", "blur", 1, 0.95, 0.02), ("B", "blur", 3, 0.90, 0.06), ("B", "jpeg", 3, 0.70, 0.22),
             ("B", "haze", 3, 0.75, 0.18)]  # haze: the baseline has none, so it is left out of B's mCE
@@ -93,6 +94,7 @@ def test_the_summary_is_imagenet_cs_mce_with_auroc_error_and_the_mean_relative_d
     assert summary.loc["B", "quality_axis"] == pytest.approx(1 - 0.12)
     assert (summary.loc["B", "worst_degradation"], summary.loc["B", "worst_severity"]) == ("jpeg", 3)
     assert summary.loc["B", "variants"] == 4 and summary.loc["B", "ce_baseline"] == "A"
+    assert summary.loc["B", "train_dataset"] == "brset"  # as the rows recorded it
 
 
 def test_without_the_baseline_the_mce_is_null_with_its_reason():

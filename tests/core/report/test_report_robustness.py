@@ -23,7 +23,7 @@ def _summary() -> pd.DataFrame:
     rows = [("s-g-brset", "enc_g", "brset", 0.10), ("s-g-idrid", "enc_g", "idrid", 0.20),
             ("s-o-brset", "enc_o", "brset", 0.05), ("s-toy", "toy", "brset", 0.01)]
     return pd.DataFrame([{"metric_id": mid, "model": model, "dataset": dataset, "task": "any_dr",
-                          "method": "linear_probe", "variants": 2, "n": 40, "n_pos": 12, "mean_relative_drop": drop,
+                          "method": "linear_probe", "train_dataset": dataset, "variants": 2, "n": 40, "n_pos": 12, "mean_relative_drop": drop,
                           "quality_axis": 1 - drop, "worst_degradation": "defocus_blur", "worst_severity": 5,
                           "worst_relative_drop": 2 * drop, "ce_baseline": "enc_g", "mce": None, "mce_reason": None,
                           "lineage_id": "l-1"} for mid, model, dataset, drop in rows])

@@ -1,0 +1,73 @@
+"""Benchmark: what the image-quality axis adds to `make demo`, measured side by side in one run.
+
+Usage: .venv/bin/python bench/demo_robustness.py [--rounds 2] [--json FILE]
+
+Runs `focus demo` (what `make demo` runs) alternately without degradations (`degradations: false` in focus.yaml)
+and with the embedded default plan (focus_dagster/degradations/plan.py), each in a fresh FOCUS_HOME, so both pay
+the same first-use costs (look-alikes written, models built). Alternating spreads a machine's drift over both.
+Prints each demo's wall time and stage times, the means and their ratio. Target (issue: image-quality robustness):
+the default demo within +30% of the demo without degradations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from figures import save
+
+FOCUS = Path(sys.executable).parent / "focus"
+PLANS = {"without degradations": "degradations: false\n", "default degradations": ""}
+TARGET = 1.30
+
+
+def demo(config_text: str) -> dict:
+    """One `focus demo` in a fresh FOCUS_HOME: its wall time and the stage times it prints."""
+    with tempfile.TemporaryDirectory(prefix="focus-demo-bench-") as folder:
+        config = Path(folder) / "focus.yaml"
+        config.write_text(config_text)
+        env = {key: value for key, value in os.environ.items() if key not in ("DAGSTER_HOME", "FOCUS_CONFIG")}
+        env.update(FOCUS_HOME=str(Path(folder) / "home"), FOCUS_CONFIG=str(config), DAGSTER_DISABLE_TELEMETRY="1")
+        started = time.perf_counter()
+        done = subprocess.run([str(FOCUS), "demo"], env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - started
+    if done.returncode != 0 or "FAILED" in done.stdout:
+        raise SystemExit(f"focus demo failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return {"wall_s": round(wall, 1), "stages": _stages(done.stdout)}
+
+
+def _stages(output: str) -> str:
+    """The demo's own line of stage times (`time per stage: ...`), as printed."""
+    lines = [line.strip() for line in output.splitlines() if line.strip().startswith("time per stage:")]
+    return lines[-1] if lines else ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2, help="demos of each plan, alternated")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    args = parser.parse_args()
+    runs: dict[str, list[dict]] = {name: [] for name in PLANS}
+    for round_ in range(1, args.rounds + 1):
+        for name, config_text in PLANS.items():
+            run = demo(config_text)
+            runs[name].append(run)
+            print(f"round {round_}, {name}: {run['wall_s']:.1f} s\n  {run['stages']}", flush=True)
+    means = {name: statistics.mean(run["wall_s"] for run in done) for name, done in runs.items()}
+    ratio = means["default degradations"] / means["without degradations"]
+    verdict = "met" if ratio <= TARGET else "NOT met"
+    print(f"mean without degradations {means['without degradations']:.1f} s, with the default plan "
+          f"{means['default degradations']:.1f} s: {ratio:.2f}x (target <= {TARGET:.2f}x): {verdict}")
+    save(args.json, {"cpu_cores": os.cpu_count(), "rounds": args.rounds, "runs": runs,
+                     "mean_s": {name: round(value, 1) for name, value in means.items()}, "ratio": round(ratio, 3),
+                     "target": TARGET})
+
+
+if __name__ == "__main__":
+    main()

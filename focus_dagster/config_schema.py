@@ -323,7 +323,7 @@ class DegradationsSection(Section):
     types: DegradationTypes | None = Field(
         None, description="registered degradations, in the order they run, or `all` (every one but the controls "
                           "such as surround_noise, which only run when named); []: none (default: defocus_blur, "
-                          "uneven_illumination, jpeg_compression)")
+                          "uneven_illumination)")
     severities: Annotated[list[StrictInt], Field(min_length=1)] | None = Field(
         None, description="severities from 1 (barely visible) to 5 (a grader's \"inadequate\"), each once, in the "
                           "order they run (default: 3)")
@@ -456,7 +456,7 @@ class FocusFile(Section):
     degradations: Annotated[DegradationsSection | None, BeforeValidator(
         _degradations_input, json_schema_input_type=DegradationsSection | Literal[False] | None)] = Field(
         None, description="the image-quality axis: degradations x severities applied to the test images, or false "
-                          "for none (default: defocus_blur, uneven_illumination, jpeg_compression at severity 3)")
+                          "for none (default: defocus_blur, uneven_illumination at severity 3)")
     kubernetes: KubernetesSection | None = Field(None, description="step pods under executor k8s")
     tables: TablesLocation | None = Field(None, description="where the tables live: a folder or an fsspec URL "
                                                             "such as s3://bucket/focus/tables (default: "

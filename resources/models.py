@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dagster import ConfigurableResource
+from pydantic import PrivateAttr
 
 from focus_dagster.config import COMPILE_MODES, FocusConfig
 
@@ -18,6 +19,11 @@ class ModelHub(ConfigurableResource):
     entries: list[dict] | None = None
     cache_dir: str
     compile_mode: str = COMPILE_MODES[0]  # encoders on the device: auto | off | blocks | whole (inference/compiled.py)
+    # The encoder the last step of this run loaded: a run that embeds clean and degraded images (or scores
+    # prompts twice) loads its weights once. One at a time, encoders only, and only where they run eager: a
+    # compiled encoder has its blocks swapped in place (inference/compiled.py), and LoRA training and adapted
+    # scoring change the modules of the multimodal LLM they are given.
+    _encoder: dict = PrivateAttr(default_factory=dict)
 
     @classmethod
     def from_config(cls, config: FocusConfig) -> ModelHub:
@@ -32,9 +38,17 @@ class ModelHub(ConfigurableResource):
     def load(self, model_id: str, device: str, interfaces: tuple[str, ...] | None = None):
         """The model as its family loads it (an encoder, or a multimodal LLM), on `device`; `interfaces`: those
         the step can use, any other refused before its weights are read."""
-        from focus_dagster.models.registry import load_model
+        from focus_dagster.inference.compiled import EAGER, resolve_mode
+        from focus_dagster.models.registry import ENCODER_INTERFACES, load_model
 
-        return load_model(self.specs()[model_id], interfaces).to(device)
+        spec = self.specs()[model_id]
+        if interfaces != ENCODER_INTERFACES or resolve_mode(self.compile_mode, str(device)) != EAGER:
+            return load_model(spec, interfaces).to(device)
+        key = (model_id, str(device), repr(spec))  # a changed spec (weights, revision, preprocessing): loaded anew
+        if key not in self._encoder:
+            self._encoder.clear()  # the previous encoder's memory is freed before the next one loads
+            self._encoder[key] = load_model(spec, interfaces).to(device)
+        return self._encoder[key]
 
 
 def _as_mapping(entry) -> dict:

@@ -102,6 +102,26 @@ def test_a_second_run_reuses_the_degraded_shards(world):
     assert again["dagster/row_count"] == len(first)
 
 
+def test_one_run_of_clean_and_degraded_embeddings_reads_the_encoders_weights_once(world, monkeypatch):
+    """The robustness job embeds the clean test images, then the degraded ones, in one run: the eager encoder
+    the first step loaded serves the second (ModelHub). The multimodal LLM of a yes/no robustness run is loaded
+    by each of its steps: LoRA changes the modules of the model it is given, so none is shared."""
+    from assets.robustness import YES_NO_ROBUSTNESS_JOB
+    from focus_dagster.models import registry
+
+    _, defs, instance, _ = world
+    loads, load_model = [], registry.load_model
+    monkeypatch.setattr(registry, "load_model",
+                        lambda spec, interfaces=None: loads.append(spec.id) or load_model(spec, interfaces))
+    assert defs.resolve_job_def(ROBUSTNESS_JOB).execute_in_process(partition_key=KEY, instance=instance).success
+    assert loads == ["tiny_vit"]
+    loads.clear()
+    llava = dg.MultiPartitionKey({"model": "tiny_llava", "dataset": "brset"})
+    assert defs.resolve_job_def(YES_NO_ROBUSTNESS_JOB).execute_in_process(partition_key=llava,
+                                                                          instance=instance).success
+    assert loads == ["tiny_llava", "tiny_llava"]
+
+
 def test_the_summary_has_a_row_per_configuration_with_its_mean_drop_and_mce_against_the_baseline(world):
     from assets.robustness import ROBUSTNESS_SUMMARY_JOB
 

@@ -31,13 +31,13 @@ def _refused(raw) -> str:
 # ------------------------------------------------------------------------------------------- the plan
 
 
-def test_the_default_is_three_degradations_at_the_middle_severity():
+def test_the_default_is_two_degradations_of_two_families_at_the_middle_severity():
     plan = degradation_plan(None, WHERE)
     assert plan == DegradationPlan() == DegradationPlan(DEFAULT_TYPES, DEFAULT_SEVERITIES)
-    assert plan.types == ("defocus_blur", "uneven_illumination", "jpeg_compression")
+    assert plan.types == ("defocus_blur", "uneven_illumination")
     assert plan.severities == (3,)
     assert not plan.is_off
-    assert plan.variants() == [("defocus_blur", 3), ("uneven_illumination", 3), ("jpeg_compression", 3)]
+    assert plan.variants() == [("defocus_blur", 3), ("uneven_illumination", 3)]
 
 
 @pytest.mark.parametrize("raw", [False, {"types": []}], ids=["false", "types-empty"])

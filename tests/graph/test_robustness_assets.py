@@ -102,26 +102,6 @@ def test_a_second_run_reuses_the_degraded_shards(world):
     assert again["dagster/row_count"] == len(first)
 
 
-def test_one_run_of_clean_and_degraded_embeddings_reads_the_encoders_weights_once(world, monkeypatch):
-    """The robustness job embeds the clean test images, then the degraded ones, in one run: the eager encoder
-    the first step loaded serves the second (ModelHub). The multimodal LLM of a yes/no robustness run is loaded
-    by each of its steps: LoRA changes the modules of the model it is given, so none is shared."""
-    from assets.robustness import YES_NO_ROBUSTNESS_JOB
-    from focus_dagster.models import registry
-
-    _, defs, instance, _ = world
-    loads, load_model = [], registry.load_model
-    monkeypatch.setattr(registry, "load_model",
-                        lambda spec, interfaces=None: loads.append(spec.id) or load_model(spec, interfaces))
-    assert defs.resolve_job_def(ROBUSTNESS_JOB).execute_in_process(partition_key=KEY, instance=instance).success
-    assert loads == ["tiny_vit"]
-    loads.clear()
-    llava = dg.MultiPartitionKey({"model": "tiny_llava", "dataset": "brset"})
-    assert defs.resolve_job_def(YES_NO_ROBUSTNESS_JOB).execute_in_process(partition_key=llava,
-                                                                          instance=instance).success
-    assert loads == ["tiny_llava", "tiny_llava"]
-
-
 def test_the_summary_has_a_row_per_configuration_with_its_mean_drop_and_mce_against_the_baseline(world):
     from assets.robustness import ROBUSTNESS_SUMMARY_JOB
 
@@ -245,6 +225,27 @@ def test_yes_no_answers_on_degraded_images_are_compared_with_their_clean_scores(
         scored = clean[clean["task"] == row.task].merge(truth, on="image_id").dropna(subset=["score"])
         assert row.clean == pytest.approx(roc_auc_score(scored[row.task].astype(int), scored["score"]), abs=1e-9)
     assert rows.loc[rows["metric"] == "accuracy@youden", "reason"].notna().all()
+
+
+def test_one_run_of_clean_and_degraded_embeddings_reads_the_encoders_weights_once(world, monkeypatch):
+    """(After the yes/no test: the summary and trace tests above read the encoder's rows alone.) The robustness
+    job embeds the clean test images, then the degraded ones, in one run: the eager encoder
+    the first step loaded serves the second (ModelHub). The multimodal LLM of a yes/no robustness run is loaded
+    by each of its steps: LoRA changes the modules of the model it is given, so none is shared."""
+    from assets.robustness import YES_NO_ROBUSTNESS_JOB
+    from focus_dagster.models import registry
+
+    _, defs, instance, _ = world
+    loads, load_model = [], registry.load_model
+    monkeypatch.setattr(registry, "load_model",
+                        lambda spec, interfaces=None: loads.append(spec.id) or load_model(spec, interfaces))
+    assert defs.resolve_job_def(ROBUSTNESS_JOB).execute_in_process(partition_key=KEY, instance=instance).success
+    assert loads == ["tiny_vit"]
+    loads.clear()
+    llava = dg.MultiPartitionKey({"model": "tiny_llava", "dataset": "brset"})
+    assert defs.resolve_job_def(YES_NO_ROBUSTNESS_JOB).execute_in_process(partition_key=llava,
+                                                                          instance=instance).success
+    assert loads == ["tiny_llava", "tiny_llava"]
 
 
 def test_focus_export_takes_out_every_robustness_row_with_the_stamps_they_name(world, tmp_path):

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from focus_dagster.markup import md_text
-from focus_dagster.report import arena, figures
+from focus_dagster.report import arena, figures, reference
 from focus_dagster.report.page import Num, ReportTable, Section, format_number, page, plain
 
 TITLE = "FOCUS arena report"
@@ -77,6 +77,7 @@ def build_report(inputs: ReportInputs, say: Callable[[str], None] | None = None)
         lambda: _robustness(inputs.robustness, inputs.robustness_summary, inputs.models),
         lambda: _lora(inputs.effects, inputs.models),
         lambda: _comparisons(inputs.comparisons),
+        lambda: _paper(frame, arena.lora_deltas(inputs.effects, inputs.models)),
         lambda: _coverage(frame, inputs.effects, inputs.unavailable, inputs.datasets, inputs.attribute_notes),
     ]
     progress, sections = Progress("arena report", len(builders), "sections", say), []
@@ -318,6 +319,29 @@ def _lora(effects: pd.DataFrame | None, models: dict) -> Section:
                    [_mean_table("lora_means", "mean delta per domain and metric", means, ["series", "domain", "metric"]),
                     ReportTable("lora", "every adapted configuration (q: Benjamini-Hochberg per metric x domain)",
                                 deltas, columns, ids, formats)])
+
+
+def _paper(frame: pd.DataFrame, deltas: pd.DataFrame) -> Section:
+    """The reference study's published values (report/reference.py) with this grid's same figures beside them."""
+    table = reference.beside_ours(frame, deltas)
+    formed = table[table["ours"].notna()]
+    reading = [f"The reference study's published values ({reference.STUDY}, {reference.REFERENCE_VERSION}) beside "
+               f"the same figures formed from this grid: {len(formed)} of {len(table)} can be formed here."]
+    if len(formed):
+        far = formed.loc[formed["difference"].abs().idxmax()]
+        reading += [f" Furthest from the published value: {far['quantity']}, ours ",
+                    Num(far["ours"], far["metric_ids"]), f" against the published {far['published']:.3f} "
+                    f"({far['source']})."]
+    shown = ["quantity", "source", "published", "ours", "difference", "configurations", "reason"]
+    ids = {"ours": "metric_ids", "difference": "metric_ids", "configurations": "metric_ids"}
+    formats = {"published": ".3f", "ours": ".3f", "difference": "+.3f", "configurations": "d"}
+    return Section("paper", "The reference study beside ours", reading, None,
+                   [ReportTable("paper", "published values and ours (difference = ours - published; the metric rows "
+                                "each of ours is formed from are its ids)", table, shown, ids, formats,
+                                quoted={"published": "reference"})],
+                   ["For orientation, not a target to tune to: a difference says how this grid, these datasets and "
+                    "this code compare with the published run. Published values are facts of the study; each row "
+                    "names its table or figure."])
 
 
 def _comparisons(comparisons: pd.DataFrame | None) -> Section:

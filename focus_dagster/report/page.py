@@ -1,5 +1,7 @@
 """The report as one self-contained HTML file: figures embedded as SVG data, tables whose every number carries
-the metric_id it comes from (`data-metric-id`, shown on hover), no script and nothing fetched from a network.
+the metric_id it comes from (`data-metric-id`, shown on hover), or, for a value the reference study published and
+the report quotes beside ours, the id of that reference (`data-reference-id`, report/reference.py); no script and
+nothing fetched from a network.
 
 Every text of the page goes through `html.escape`, the section and table names and the header lines too: model
 ids, dataset keys, values of users' files and reasons are shown as written in any browser, never read as markup.
@@ -37,6 +39,7 @@ class ReportTable:
     shown: list[str]
     ids: dict[str, str] = field(default_factory=dict)
     formats: dict[str, str] = field(default_factory=dict)
+    quoted: dict[str, str] = field(default_factory=dict)  # a published value's column -> its reference id's column
 
 
 @dataclass
@@ -127,6 +130,9 @@ def table_html(table: ReportTable) -> str:
             value = record.get(column)
             if column in table.ids:
                 cells.append(_number_cell(value, record.get(table.ids[column]) or "", table.formats.get(column, ".3f")))
+            elif column in table.quoted:
+                cells.append(_quoted_cell(value, record.get(table.quoted[column]) or "",
+                                          table.formats.get(column, ".3f")))
             else:
                 cells.append(f"<td>{html.escape(_text(value))}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
@@ -146,6 +152,15 @@ def _number_cell(value, ids: str, spec: str) -> str:
             return '<td class="num">none</td>'
         raise ValueError(f"the number {value} has no metric id: every number of the report must cite its row")
     return (f'<td class="num" data-metric-id="{html.escape(ids)}" title="{html.escape(_hover(ids))}">'
+            f"{format_number(value, spec)}</td>")
+
+
+def _quoted_cell(value, reference: str, spec: str) -> str:
+    """A published value, quoted: it cites the reference it comes from, not a metric row of this grid."""
+    if not reference:
+        raise ValueError(f"the published value {value} names no reference")
+    return (f'<td class="num quoted" data-reference-id="{html.escape(reference)}" '
+            f'title="{html.escape(f"published value, reference {reference} (report/reference.py)")}">'
             f"{format_number(value, spec)}</td>")
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.core.report.test_report_reference import PUBLISHED
 from tests.support.environment import require_chromium
 from tests.support.focus_cli import run_focus
 from tests.support.tables import table_views
@@ -52,7 +53,7 @@ def test_demo_runs_end_to_end_and_says_where_results_are(demo):
     assert re.search(r"adapted scores +tiny_llava\.messidor_2\.any_dr \(pipeline-check\) +\d+ rows over 2 datasets",
                      out), out
     assert re.search(r"lora effects .* \d+ rows, 2 comparisons with deltas", out), out
-    assert re.search(r"arena report +10 figures, 16 tables, \d+ metric ids cited: .*reports/arena/index.html", out), out
+    assert re.search(r"arena report +10 figures, 17 tables, \d+ metric ids cited: .*reports/arena/index.html", out), out
     assert (home / "dagster" / "dagster.yaml").is_file()
     assert (home / "artifacts" / "adapters" / "tiny_llava.messidor_2.any_dr" / "manifest.json").is_file()
     with table_views(home) as con:
@@ -174,7 +175,8 @@ def test_the_report_in_chromium_every_figure_renders_and_every_number_traces(dem
             numbers = page.eval_on_selector_all(
                 "td, span", "cells => cells.filter(c => c.children.length === 0 && "
                             "/^[-+]?[0-9]+([.][0-9]+)?$/.test(c.textContent.trim()))"
-                            ".map(c => [c.textContent.trim(), c.getAttribute('data-metric-id'), c.title])")
+                            ".map(c => [c.textContent.trim(), c.getAttribute('data-metric-id'), c.title, "
+                            "c.getAttribute('data-reference-id')])")
             screenshot = home / "arena_report.png"
             page.screenshot(path=str(screenshot), full_page=True)
         finally:
@@ -182,7 +184,12 @@ def test_the_report_in_chromium_every_figure_renders_and_every_number_traces(dem
     assert len(images) == len(FIGURES) and all(done and w > 100 and h > 100 for _, done, w, h in images), images
     assert [r for r in requests if not r.startswith(("file:", "data:"))] == []  # nothing from a network
     assert len(numbers) > 50
-    for text, ids, title in numbers:
+    quoted = [reference for _, _, _, reference in numbers if reference]
+    assert sorted(quoted) == sorted(PUBLISHED)  # the study's values, each citing its reference
+    for text, ids, title, reference in numbers:
+        if reference:
+            assert not ids and "published value" in title, (text, reference)
+            continue
         assert ids, f"the number {text} carries no metric id"
         assert set(ids.split()) <= known, (text, ids)
         assert "metric_id" in title or "metric ids" in title

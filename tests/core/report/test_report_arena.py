@@ -12,6 +12,7 @@ import pytest
 
 from focus_dagster.report import arena
 from focus_dagster.report.arena import ModelInfo
+from tests.core.report.test_report_reference import PUBLISHED
 
 MODELS = {
     "enc_g": ModelInfo("vm", "general"), "enc_o": ModelInfo("vm", "ophthalmic"),
@@ -182,14 +183,19 @@ def test_lora_means_keep_pipeline_check_adapters_apart():
 
 
 class _Numbers(HTMLParser):
-    """Collect every table cell and span whose text is a number, with its data-metric-id (None when absent)."""
+    """Collect every table cell and span whose text is a number, with its data-metric-id (None when absent); a
+    published value quoted beside ours (data-reference-id) in `quoted`."""
 
     def __init__(self):
         super().__init__()
-        self.stack, self.found = [], []
+        self.stack, self.found, self.quoted = [], [], []
 
     def handle_starttag(self, tag, attrs):
-        self.stack.append((tag, dict(attrs).get("data-metric-id")))
+        attrs = dict(attrs)
+        if attrs.get("data-reference-id"):
+            self.quoted.append(attrs["data-reference-id"])
+            tag = "quoted"
+        self.stack.append((tag, attrs.get("data-metric-id")))
 
     def handle_endtag(self, tag):
         if self.stack:
@@ -214,3 +220,4 @@ def test_every_number_of_the_html_carries_metric_ids_that_exist(frame):
         assert ids, f"{text} has no metric id"
         assert set(ids.split()) <= known, (text, ids)
     assert report.metric_ids() <= known and "<script" not in report.html and "http" not in report.html.lower()
+    assert sorted(parser.quoted) == sorted(PUBLISHED)  # each published value cites its reference, once

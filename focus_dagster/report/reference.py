@@ -1,0 +1,149 @@
+"""The reference study's published values, versioned, each with where it is published and how the platform forms
+the same figure from its own metric rows; `beside_ours` puts them next to ours.
+
+Facts only (numbers and the table or figure that states them), from the FOCUS study (arXiv:2609.33158) as
+summarised in the shared protocol. A value is a target for orientation, never for tuning: a difference says how
+this grid, these datasets and this code compare with the published run, not which is right.
+
+Each reference names a `kind` of comparison:
+- `method_mean`: mean test AUROC over every in-domain configuration of a family, method and model domain (all
+  datasets and tasks pooled, pipeline-check models never included);
+- `encoder_gap`: on one dataset, the mean linear-probe AUROC of general minus that of ophthalmic vision
+  encoders (over models and tasks);
+- `model_mean`: one model's mean of a metric over its in-domain yes/no configurations;
+- `lora_mean`: the mean adapted - base delta of a metric over real adapters, in-domain or out-of-domain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+REFERENCE_VERSION = "focus-paper-1"  # a changed or added value is a new version
+STUDY = "arXiv:2609.33158"
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One published value: its id, what it measures, the value, where the study states it, and how ours is
+    formed (`kind` and its `keys`)."""
+
+    id: str
+    quantity: str
+    value: float
+    source: str
+    kind: str
+    keys: tuple[tuple[str, str], ...]
+
+    def key(self, name: str) -> str:
+        return dict(self.keys)[name]
+
+
+def _ref(id: str, quantity: str, value: float, source: str, kind: str, **keys: str) -> Reference:
+    return Reference(id, quantity, value, source, kind, tuple(sorted(keys.items())))
+
+
+REFERENCES: tuple[Reference, ...] = (
+    _ref("mean.vm.general", "mean AUROC, general vision encoders, linear probe", 0.828, "Table 3", "method_mean",
+         family="vm", method="linear_probe", domain="general"),
+    _ref("mean.vm.ophthalmic", "mean AUROC, ophthalmic vision encoders, linear probe", 0.667, "Table 3",
+         "method_mean", family="vm", method="linear_probe", domain="ophthalmic"),
+    _ref("mean.mllm.medical", "mean AUROC, medical multimodal LLMs, yes/no", 0.803, "Table 3", "method_mean",
+         family="mllm", method="yes_no", domain="medical"),
+    _ref("mean.mllm.general", "mean AUROC, general multimodal LLMs, yes/no", 0.658, "Table 3", "method_mean",
+         family="mllm", method="yes_no", domain="general"),
+    _ref("gap.mbrset", "general minus ophthalmic vision encoders, mean linear-probe AUROC on mBRSET", 0.162,
+         "Table 4", "encoder_gap", dataset="mbrset"),
+    _ref("medgemma_27b.auroc", "MedGemma-27B, mean AUROC", 0.797, "Figure 5", "model_mean", model="medgemma_27b",
+         axis="performance", metric="auroc"),
+    _ref("gemma3_27b.auroc", "Gemma-3-27B, mean AUROC", 0.648, "Figure 5", "model_mean", model="gemma3_27b",
+         axis="performance", metric="auroc"),
+    _ref("medgemma_27b.ece", "MedGemma-27B, mean ECE", 0.19, "Figure 5", "model_mean", model="medgemma_27b",
+         axis="calibration", metric="ece"),
+    _ref("gemma3_27b.ece", "Gemma-3-27B, mean ECE", 0.36, "Figure 5", "model_mean", model="gemma3_27b",
+         axis="calibration", metric="ece"),
+    _ref("lora.in.accuracy", "LoRA, in-domain: mean delta of accuracy (at 0.5)", 0.033, "Table 5", "lora_mean",
+         domain="in_domain", metric="accuracy@0.5"),
+    _ref("lora.in.ece", "LoRA, in-domain: mean delta of ECE", -0.040, "Table 5", "lora_mean", domain="in_domain",
+         metric="ece"),
+    _ref("lora.in.auroc", "LoRA, in-domain: mean delta of AUROC (not significant)", 0.004, "Table 5", "lora_mean",
+         domain="in_domain", metric="auroc"),
+    _ref("lora.out.accuracy", "LoRA, out-of-domain: mean delta of accuracy (at 0.5)", 0.012, "Table 5",
+         "lora_mean", domain="out_of_domain", metric="accuracy@0.5"),
+    _ref("lora.out.ece", "LoRA, out-of-domain: mean delta of ECE", -0.018, "Table 5", "lora_mean",
+         domain="out_of_domain", metric="ece"),
+    _ref("lora.out.auroc", "LoRA, out-of-domain: mean delta of AUROC (not significant)", 0.002, "Table 5",
+         "lora_mean", domain="out_of_domain", metric="auroc"),
+)
+
+COLUMNS = ["reference", "quantity", "source", "published", "ours", "difference", "configurations", "reason",
+           "metric_ids"]
+
+
+def beside_ours(frame: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
+    """Every published value with ours beside it: `frame` is the arena's metric rows (arena.with_families),
+    `deltas` the LoRA deltas (arena.lora_deltas). `difference` is ours - published; `configurations` counts the
+    metric rows ours is formed from (their ids in `metric_ids`); where this grid has no such configuration, ours
+    is empty and `reason` says what would fill it."""
+    rows = []
+    for reference in REFERENCES:
+        ours, ids, missing = _ours(reference, frame, deltas)
+        rows.append({"reference": reference.id, "quantity": reference.quantity,
+                     "source": f"{STUDY} {reference.source}", "published": reference.value, "ours": ours,
+                     "difference": ours - reference.value, "configurations": len(ids),
+                     "reason": missing if np.isnan(ours) else "", "metric_ids": " ".join(ids)})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _ours(reference: Reference, frame: pd.DataFrame, deltas: pd.DataFrame) -> tuple[float, list[str], str]:
+    """Our figure (NaN when this grid cannot form it), the metric ids it is formed from, and what is missing."""
+    if reference.kind == "lora_mean":
+        return _lora(reference, deltas)
+    real = frame[frame["in_domain"] & ~frame["pipeline_check"].astype(bool) & frame["value"].notna()]
+    if reference.kind == "method_mean":
+        rows = _auroc(real)
+        rows = rows[(rows["family"] == reference.key("family")) & (rows["method"] == reference.key("method"))
+                    & (rows["domain"] == reference.key("domain"))]
+        return _mean(rows["value"], rows["metric_id"],
+                     f"no {reference.key('domain')} model of this family with a defined test AUROC is in this grid")
+    if reference.kind == "model_mean":
+        rows = real[(real["model"] == reference.key("model")) & (real["method"] == "yes_no")
+                    & (real["axis"] == reference.key("axis")) & (real["metric"] == reference.key("metric"))
+                    & (real["group"].fillna("") == "")]
+        return _mean(rows["value"], rows["metric_id"],
+                     f"{reference.key('model')} is not in this grid (select it under `models:` in focus.yaml, with "
+                     "its weights on this machine)")
+    if reference.kind == "encoder_gap":
+        return _encoder_gap(reference.key("dataset"), _auroc(real))
+    raise ValueError(f"reference {reference.id}: unknown kind {reference.kind!r}")
+
+
+def _mean(values: pd.Series, ids: pd.Series, missing: str) -> tuple[float, list[str], str]:
+    return (float(values.mean()), list(ids), "") if len(values) else (np.nan, [], missing)
+
+
+def _auroc(rows: pd.DataFrame) -> pd.DataFrame:
+    return rows[(rows["axis"] == "performance") & (rows["metric"] == "auroc") & (rows["group"].fillna("") == "")]
+
+
+def _encoder_gap(dataset: str, auroc: pd.DataFrame) -> tuple[float, list[str], str]:
+    probes = auroc[(auroc["dataset"] == dataset) & (auroc["family"] == "vm") & (auroc["method"] == "linear_probe")]
+    general, ophthalmic = (probes[probes["domain"] == side] for side in ("general", "ophthalmic"))
+    if general.empty or ophthalmic.empty:
+        absent = " and ".join(side for side, rows in (("general", general), ("ophthalmic", ophthalmic))
+                              if rows.empty)
+        return np.nan, [], f"no {absent} vision encoder with a defined AUROC on {dataset} in this grid"
+    gap = float(general["value"].mean() - ophthalmic["value"].mean())
+    return gap, [*general["metric_id"], *ophthalmic["metric_id"]], ""
+
+
+def _lora(reference: Reference, deltas: pd.DataFrame) -> tuple[float, list[str], str]:
+    missing = ("no adapter of a real multimodal LLM has been compared with its base model "
+               f"{reference.key('domain').replace('_', '-')} in this grid")
+    if deltas.empty:
+        return np.nan, [], missing
+    rows = deltas[~deltas["pipeline_check"].astype(bool) & deltas["delta"].notna()
+                  & (deltas["domain"] == reference.key("domain")) & (deltas["metric"] == reference.key("metric"))]
+    return _mean(rows["delta"], rows["metric_id"], missing)

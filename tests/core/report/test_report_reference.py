@@ -1,0 +1,107 @@
+"""The reference study's published values beside ours: the values as the study states them (a literal fixture
+typed from the shared protocol, ../shared/protocol.md "Reference results"), and ours formed by hand from literal
+metric rows: which rows each figure pools, what it leaves out, and what a grid without the configuration says."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from focus_dagster.report import arena
+from focus_dagster.report.arena import ModelInfo
+from focus_dagster.report.reference import beside_ours
+
+# The published values, typed from the protocol's summary of arXiv:2609.33158 (not from the module).
+PUBLISHED = {
+    "mean.vm.general": 0.828, "mean.vm.ophthalmic": 0.667, "mean.mllm.medical": 0.803, "mean.mllm.general": 0.658,
+    "gap.mbrset": 0.162,
+    "medgemma_27b.auroc": 0.797, "gemma3_27b.auroc": 0.648, "medgemma_27b.ece": 0.19, "gemma3_27b.ece": 0.36,
+    "lora.in.accuracy": 0.033, "lora.in.ece": -0.040, "lora.in.auroc": 0.004,
+    "lora.out.accuracy": 0.012, "lora.out.ece": -0.018, "lora.out.auroc": 0.002,
+}
+MODELS = {
+    "gen_a": ModelInfo("vm", "general"), "gen_b": ModelInfo("vm", "general"), "oph": ModelInfo("vm", "ophthalmic"),
+    "medgemma_27b": ModelInfo("mllm", "medical", 27.0), "gemma3_27b": ModelInfo("mllm", "general", 27.0),
+    "toy": ModelInfo("vm", "pipeline-check"),
+}
+
+
+def _row(model, dataset, task, value, axis="performance", metric="auroc", method="linear_probe", partition=None,
+         group=""):
+    return {"metric_id": f"m-{model}-{dataset}-{task}-{axis}-{metric}-{partition or ''}", "model": model,
+            "dataset": dataset, "task": task, "method": method,
+            "train_dataset": dataset if method == "linear_probe" else None, "axis": axis, "metric": metric,
+            "group": group, "value": value, "ci_low": None, "ci_high": None, "n": 40, "n_pos": 12, "reason": None,
+            "partition": partition or dataset}
+
+
+@pytest.fixture
+def table() -> pd.DataFrame:
+    rows = [
+        _row("gen_a", "mbrset", "any_dr", 0.90), _row("gen_b", "mbrset", "gon", 0.70),
+        _row("gen_a", "idrid", "any_dr", 0.80),
+        _row("oph", "mbrset", "any_dr", 0.60), _row("oph", "idrid", "gon", None),  # undefined: left out
+        _row("toy", "mbrset", "any_dr", 0.99),  # a pipeline check: never pooled with real models
+        _row("gen_a", "idrid", "any_dr", 0.10, partition="cross"),  # a cross-dataset pair: not in-domain
+        _row("gen_a", "mbrset", "any_dr", 0.50, group="sex:female"),  # a group row, not the configuration's AUROC
+        _row("medgemma_27b", "brset", "any_dr", 0.85, method="yes_no"),
+        _row("medgemma_27b", "idrid", "gon", 0.75, method="yes_no"),
+        _row("medgemma_27b", "brset", "any_dr", 0.20, axis="calibration", metric="ece", method="yes_no"),
+    ]
+    frame = arena.with_families(pd.DataFrame(rows), MODELS)
+    deltas = pd.DataFrame([
+        {"domain": "in_domain", "metric": "accuracy@0.5", "delta": 0.05, "pipeline_check": False, "metric_id": "l-1"},
+        {"domain": "in_domain", "metric": "accuracy@0.5", "delta": 0.01, "pipeline_check": False, "metric_id": "l-2"},
+        {"domain": "in_domain", "metric": "accuracy@0.5", "delta": 0.90, "pipeline_check": True, "metric_id": "l-3"},
+        {"domain": "out_of_domain", "metric": "ece", "delta": None, "pipeline_check": False, "metric_id": "l-4"},
+    ])
+    return beside_ours(frame, deltas).set_index("reference")
+
+
+def test_every_published_value_is_the_studys_with_its_table_or_figure(table):
+    assert table["published"].to_dict() == PUBLISHED
+    assert table["source"].str.fullmatch(r"arXiv:2609\.33158 (Table [345]|Figure 5)").all()
+    assert table.loc["gap.mbrset", "source"].endswith("Table 4")
+    assert table.loc["medgemma_27b.ece", "source"].endswith("Figure 5")
+
+
+def test_method_means_pool_every_real_in_domain_configuration(table):
+    general = table.loc["mean.vm.general"]
+    assert general["ours"] == pytest.approx((0.90 + 0.70 + 0.80) / 3) and general["configurations"] == 3
+    assert general["difference"] == pytest.approx((0.90 + 0.70 + 0.80) / 3 - 0.828)
+    assert set(general["metric_ids"].split()) == {"m-gen_a-mbrset-any_dr-performance-auroc-",
+                                                  "m-gen_b-mbrset-gon-performance-auroc-",
+                                                  "m-gen_a-idrid-any_dr-performance-auroc-"}
+    assert table.loc["mean.vm.ophthalmic", "ours"] == pytest.approx(0.60)  # its undefined AUROC left out
+    assert table.loc["mean.mllm.medical", "ours"] == pytest.approx(0.80)
+
+
+def test_the_encoder_gap_is_general_minus_ophthalmic_on_the_dataset(table):
+    gap = table.loc["gap.mbrset"]
+    assert gap["ours"] == pytest.approx((0.90 + 0.70) / 2 - 0.60) and gap["configurations"] == 3
+
+
+def test_a_models_means_and_lora_means_over_real_configurations(table):
+    assert table.loc["medgemma_27b.auroc", "ours"] == pytest.approx(0.80)
+    assert table.loc["medgemma_27b.ece", "ours"] == pytest.approx(0.20)
+    accuracy = table.loc["lora.in.accuracy"]
+    assert accuracy["ours"] == pytest.approx(0.03) and accuracy["metric_ids"] == "l-1 l-2"
+
+
+def test_a_figure_this_grid_cannot_form_is_empty_with_what_would_fill_it(table):
+    gemma = table.loc["gemma3_27b.auroc"]
+    assert np.isnan(gemma["ours"]) and np.isnan(gemma["difference"]) and gemma["configurations"] == 0
+    assert "gemma3_27b is not in this grid" in gemma["reason"]
+    assert "no general multimodal" not in gemma["reason"]
+    assert "no general model of this family" in table.loc["mean.mllm.general", "reason"]
+    assert "out-of-domain" in table.loc["lora.out.ece", "reason"]  # its one delta is undefined
+    assert table.loc[table["ours"].notna(), "reason"].eq("").all()
+
+
+def test_without_any_adapter_every_lora_row_says_so():
+    frame = arena.with_families(pd.DataFrame([_row("gen_a", "mbrset", "any_dr", 0.9)]), MODELS)
+    table = beside_ours(frame, arena.lora_deltas(None, MODELS)).set_index("reference")
+    lora = table[table.index.str.startswith("lora.")]
+    assert len(lora) == 6 and lora["ours"].isna().all()
+    assert lora["reason"].str.contains("no adapter of a real multimodal LLM").all()

@@ -115,7 +115,8 @@ def with_families(metrics: pd.DataFrame, models: dict[str, ModelInfo]) -> pd.Dat
     return frame
 
 
-def _rows(frame: pd.DataFrame, axis: str, metric: str, group: str = "") -> pd.DataFrame:
+def metric_rows(frame: pd.DataFrame, axis: str, metric: str, group: str = "") -> pd.DataFrame:
+    """The rows of one axis, metric and group (the configuration's own number: group "")."""
     return frame[(frame["axis"] == axis) & (frame["metric"] == metric) & (frame["group"].fillna("") == group)]
 
 
@@ -139,7 +140,7 @@ def series_of(family: str, pipeline_check: bool) -> str:
 
 def top_configurations(frame: pd.DataFrame, top: int = TOP_PER_FAMILY) -> pd.DataFrame:
     """Per family, the `top` in-domain configurations by test AUROC (defined values only, ties by name)."""
-    auroc = _rows(frame[frame["in_domain"]], "performance", "auroc")
+    auroc = metric_rows(frame[frame["in_domain"]], "performance", "auroc")
     auroc = auroc[auroc["value"].notna()].sort_values(["value", "model", "dataset", "task", "method"],
                                                      ascending=[False, True, True, True, True])
     return auroc.groupby("family", sort=True).head(top)
@@ -155,9 +156,9 @@ def spider_table(frame: pd.DataFrame) -> pd.DataFrame:
     for rank, config in enumerate(top.to_dict("records")):
         mine = by_config[tuple(config[k] for k in KEY)]
         for axis in SPIDER_AXES:
-            found = _rows(mine, axis.axis, axis.metric, axis.group)
+            found = metric_rows(mine, axis.axis, axis.metric, axis.group)
             if found.empty and axis.attribute:  # no gap row: the attribute's own row says why
-                found = _rows(mine, axis.axis, "attribute", axis.attribute)
+                found = metric_rows(mine, axis.axis, "attribute", axis.attribute)
             source = found.iloc[0] if len(found) else None
             defined = source is not None and pd.notna(source["value"])
             rows.append({
@@ -202,7 +203,7 @@ def _mean_row(values: pd.DataFrame, bounds=(0.0, 1.0), **keys) -> dict:
 
 def method_means(frame: pd.DataFrame) -> pd.DataFrame:
     """Mean test AUROC per family, method, model domain and task over the in-domain configurations."""
-    auroc = _defined(_rows(frame[frame["in_domain"]], "performance", "auroc"))
+    auroc = _defined(metric_rows(frame[frame["in_domain"]], "performance", "auroc"))
     rows = [_mean_row(group, family=family, method=method, domain=domain, task=task)
             for (family, method, domain, task), group in auroc.groupby(["family", "method", "domain", "task"])]
     return _ordered(pd.DataFrame(rows, columns=_mean_columns(["family", "method", "domain", "task"])))
@@ -210,7 +211,7 @@ def method_means(frame: pd.DataFrame) -> pd.DataFrame:
 
 def task_cliff(frame: pd.DataFrame) -> pd.DataFrame:
     """Mean test AUROC per family and task (pipeline-check models as a series of their own)."""
-    auroc = _defined(_rows(frame[frame["in_domain"]], "performance", "auroc"))
+    auroc = _defined(metric_rows(frame[frame["in_domain"]], "performance", "auroc"))
     rows = [_mean_row(group, series=series_of(family, check), family=family, task=task)
             for (family, check, task), group in auroc.groupby(["family", "pipeline_check", "task"])]
     return _ordered(pd.DataFrame(rows, columns=_mean_columns(["series", "family", "task"])))
@@ -219,7 +220,7 @@ def task_cliff(frame: pd.DataFrame) -> pd.DataFrame:
 def general_vs_ophthalmic(frame: pd.DataFrame, datasets: list[str]) -> pd.DataFrame:
     """Per dataset, the mean linear-probe AUROC of general and of ophthalmic vision encoders (over models and
     tasks) and the difference ophthalmic - general; a side without encoders says so."""
-    auroc = _defined(_rows(frame[frame["in_domain"]], "performance", "auroc"))
+    auroc = _defined(metric_rows(frame[frame["in_domain"]], "performance", "auroc"))
     auroc = auroc[(auroc["family"] == "vm") & (auroc["method"] == "linear_probe")]
     rows = []
     for dataset in datasets:
@@ -253,7 +254,7 @@ def mllm_table(frame: pd.DataFrame) -> pd.DataFrame:
         row = {"model": model, "method": method, "domain": first["domain"], "size_b": first["size_b"],
                "pipeline_check": bool(first["pipeline_check"])}
         for name, (axis, metric, tag) in measures.items():
-            values = _defined(_rows(group, axis, metric, tag))
+            values = _defined(metric_rows(group, axis, metric, tag))
             magnitude = values["value"].abs() if name == "quality_gap" else values["value"]
             row[name] = magnitude.mean() if len(values) else np.nan
             row[f"{name}_configurations"] = len(values)
@@ -271,7 +272,7 @@ def mllm_table(frame: pd.DataFrame) -> pd.DataFrame:
 def transfer_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Test AUROC of each encoder's probe trained on dataset A (rows) and tested on B (columns): the
     cross-dataset pairs, and the in-domain probe on the diagonal."""
-    auroc = _rows(frame, "performance", "auroc")
+    auroc = metric_rows(frame, "performance", "auroc")
     probes = auroc[auroc["method"] == "linear_probe"]
     cross = probes[~probes["in_domain"]]
     diagonal = probes[probes["in_domain"] & probes["model"].isin(cross["model"].unique())]
@@ -288,7 +289,7 @@ def transfer_table(frame: pd.DataFrame) -> pd.DataFrame:
 def reliability_targets(frame: pd.DataFrame) -> pd.DataFrame:
     """The configuration with the best test AUROC of each family (one per family and pipeline-check status),
     with a defined ECE: its reliability diagram is drawn from its test predictions."""
-    ece = _defined(_rows(frame[frame["in_domain"]], "calibration", "ece"))[KEY + ["metric_id", "value"]]
+    ece = _defined(metric_rows(frame[frame["in_domain"]], "calibration", "ece"))[KEY + ["metric_id", "value"]]
     auroc = top_configurations(frame, top=len(frame))
     joined = auroc.merge(ece.rename(columns={"metric_id": "ece_metric_id", "value": "ece"}), on=KEY)
     return joined.groupby(["family", "pipeline_check"], sort=True).head(1).reset_index(drop=True)
@@ -494,7 +495,7 @@ def unavailable_configurations(unavailable: pd.DataFrame, frame: pd.DataFrame) -
         return pd.DataFrame(columns=[*CONFIG_COLUMNS, "reason", "metric_id"])
     rows = unavailable.assign(_train=unavailable["train_dataset"].astype(object).where(
         unavailable["train_dataset"].notna(), ""))
-    auroc = _rows(frame, "performance", "auroc")[KEY + ["metric_id"]]
+    auroc = metric_rows(frame, "performance", "auroc")[KEY + ["metric_id"]]
     joined = rows.merge(auroc, on=KEY, how="left")
     joined["metric_id"] = joined["metric_id"].fillna("")
     return joined[[*CONFIG_COLUMNS, "reason", "metric_id"]].sort_values(CONFIG_COLUMNS).reset_index(drop=True)

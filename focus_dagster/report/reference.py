@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from focus_dagster.report import arena
+
 REFERENCE_VERSION = "focus-paper-1"  # a changed or added value is a new version
 STUDY = "arXiv:2609.33158"
 
@@ -101,22 +103,21 @@ def _ours(reference: Reference, frame: pd.DataFrame, deltas: pd.DataFrame) -> tu
     """Our figure (NaN when this grid cannot form it), the metric ids it is formed from, and what is missing."""
     if reference.kind == "lora_mean":
         return _lora(reference, deltas)
+    if reference.kind == "encoder_gap":
+        return _encoder_gap(reference.key("dataset"), frame)
     real = frame[frame["in_domain"] & ~frame["pipeline_check"].astype(bool) & frame["value"].notna()]
     if reference.kind == "method_mean":
-        rows = _auroc(real)
+        rows = arena.metric_rows(real, "performance", "auroc")
         rows = rows[(rows["family"] == reference.key("family")) & (rows["method"] == reference.key("method"))
                     & (rows["domain"] == reference.key("domain"))]
         return _mean(rows["value"], rows["metric_id"],
                      f"no {reference.key('domain')} model of this family with a defined test AUROC is in this grid")
     if reference.kind == "model_mean":
-        rows = real[(real["model"] == reference.key("model")) & (real["method"] == "yes_no")
-                    & (real["axis"] == reference.key("axis")) & (real["metric"] == reference.key("metric"))
-                    & (real["group"].fillna("") == "")]
+        rows = arena.metric_rows(real, reference.key("axis"), reference.key("metric"))
+        rows = rows[(rows["model"] == reference.key("model")) & (rows["method"] == "yes_no")]
         return _mean(rows["value"], rows["metric_id"],
                      f"{reference.key('model')} is not in this grid (select it under `models:` in focus.yaml, with "
                      "its weights on this machine)")
-    if reference.kind == "encoder_gap":
-        return _encoder_gap(reference.key("dataset"), _auroc(real))
     raise ValueError(f"reference {reference.id}: unknown kind {reference.kind!r}")
 
 
@@ -124,26 +125,20 @@ def _mean(values: pd.Series, ids: pd.Series, missing: str) -> tuple[float, list[
     return (float(values.mean()), list(ids), "") if len(values) else (np.nan, [], missing)
 
 
-def _auroc(rows: pd.DataFrame) -> pd.DataFrame:
-    return rows[(rows["axis"] == "performance") & (rows["metric"] == "auroc") & (rows["group"].fillna("") == "")]
-
-
-def _encoder_gap(dataset: str, auroc: pd.DataFrame) -> tuple[float, list[str], str]:
-    probes = auroc[(auroc["dataset"] == dataset) & (auroc["family"] == "vm") & (auroc["method"] == "linear_probe")]
-    general, ophthalmic = (probes[probes["domain"] == side] for side in ("general", "ophthalmic"))
-    if general.empty or ophthalmic.empty:
-        absent = " and ".join(side for side, rows in (("general", general), ("ophthalmic", ophthalmic))
-                              if rows.empty)
-        return np.nan, [], f"no {absent} vision encoder with a defined AUROC on {dataset} in this grid"
-    gap = float(general["value"].mean() - ophthalmic["value"].mean())
-    return gap, [*general["metric_id"], *ophthalmic["metric_id"]], ""
+def _encoder_gap(dataset: str, frame: pd.DataFrame) -> tuple[float, list[str], str]:
+    """The arena's general vs ophthalmic row of the dataset, as the study states the gap: general - ophthalmic."""
+    row = arena.general_vs_ophthalmic(frame, [dataset]).iloc[0]
+    if pd.isna(row["difference"]):
+        return np.nan, [], row["reason"]
+    return -float(row["difference"]), row["metric_ids"].split(), ""
 
 
 def _lora(reference: Reference, deltas: pd.DataFrame) -> tuple[float, list[str], str]:
-    missing = ("no adapter of a real multimodal LLM has been compared with its base model "
-               f"{reference.key('domain').replace('_', '-')} in this grid")
-    if deltas.empty:
-        return np.nan, [], missing
-    rows = deltas[~deltas["pipeline_check"].astype(bool) & deltas["delta"].notna()
-                  & (deltas["domain"] == reference.key("domain")) & (deltas["metric"] == reference.key("metric"))]
-    return _mean(rows["delta"], rows["metric_id"], missing)
+    """The arena's mean delta of real adapters for the reference's domain and metric."""
+    means = arena.lora_means(deltas)
+    found = means[(means["series"] == arena.series_of("mllm", False)) & (means["domain"] == reference.key("domain"))
+                  & (means["metric"] == reference.key("metric"))]
+    if found.empty:
+        return np.nan, [], ("no adapter of a real multimodal LLM has been compared with its base model "
+                            f"{reference.key('domain').replace('_', '-')} in this grid")
+    return float(found["mean"].iloc[0]), found["metric_ids"].iloc[0].split(), ""

@@ -21,7 +21,8 @@ from assets.partitions import (BY_DATASET, DUAL_ENCODERS, ENCODERS, MLLMS, SAME_
                                model_and_dataset)
 from checks.models import checkpoint_audit_result
 from focus_dagster import lineage
-from focus_dagster.degradations import Degrading, degradation
+from focus_dagster import degradations
+from focus_dagster.degradations import degradation
 from focus_dagster.degradations.plan import DegradationPlan
 from focus_dagster.version import code_version
 from resources import DatasetRoots, FocusStorage, ModelHub, layout
@@ -166,7 +167,7 @@ def _degraded_asset(partitions: dg.MultiPartitionsDefinition, registered: Regist
                 fingerprint=run_fingerprint(_fingerprint_parts(encoder)), device=device, progress=context.log.info,
                 what=f"degraded embeddings {model_id}@{dataset} {name} {severity}",
                 pixel_cache=storage.artifact_path(layout.pixels_dir(dataset)), known_hashes=hashes,
-                alteration=Degrading(name, severity))
+                alteration=degradations.Degrading(name, severity))
             runs[f"{name}@{severity}"] = run
             parts.append(pd.DataFrame({"image_id": run.image_ids, "degradation": name, "severity": severity,
                                        "embedding": list(run.outputs)}))
@@ -323,7 +324,7 @@ def _degraded_yes_no_asset(partitions: dg.MultiPartitionsDefinition, registered:
             frame, run = yes_no_run(context, mllm, datasets, book, test, asked, tasks, device, 0,
                                     storage.artifact_path(shards), dataset,
                                     what=f"degraded yes/no {model_id}@{dataset} {name} {severity}",
-                                    alteration=Degrading(name, severity),
+                                    alteration=degradations.Degrading(name, severity),
                                     pixel_cache=storage.artifact_path(layout.pixels_dir(dataset)))
             runs[f"{name}@{severity}"] = run
             parts.append(frame.assign(degradation=name, severity=severity))

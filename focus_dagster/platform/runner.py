@@ -368,10 +368,31 @@ def _kill_step_processes(since: float) -> None:
     (a caller's servers, when the demo runs inside another program) are not the run's and are left alone."""
     import psutil
 
+    killed = []
     for child in psutil.Process().children(recursive=True):
         with suppress(psutil.NoSuchProcess):
             if child.create_time() >= since:
                 child.kill()
+                killed.append(child)
+    _wait_ended(killed)
+
+
+def _wait_ended(processes, bound_seconds: float = 10.0) -> None:
+    """Until every process has ended (a zombie has: only its parent's wait is left), so that nothing of the run still
+    runs when the demo exits. A SIGKILL takes effect when the process next gets the CPU: on a loaded machine a step
+    process with torch loaded was still running when the demo had exited. SIGKILL cannot be refused; the bound is
+    for a process held in the kernel (uninterruptible I/O), which the demo does not wait for."""
+    import psutil
+
+    def running(process) -> bool:
+        try:
+            return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    deadline = time.monotonic() + bound_seconds
+    while any(running(p) for p in processes) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 @contextmanager

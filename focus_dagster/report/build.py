@@ -124,7 +124,7 @@ def _spider(frame: pd.DataFrame) -> Section:
     notes = [f"{axis.label}: {axis.definition}." for axis in arena.SPIDER_AXES] + [arena.MISSING_AXIS]
     shown = ["configuration", "axis", "shown", "value", "reason"]
     return Section("spider", "Top configurations per family (spider plots)", reading,
-                   figures.render(figures.draw_spider, table, width=10, height=5.4),
+                   figures.render(figures.draw_spider, table),
                    [ReportTable("spider", "axis values of the top configurations (shown = higher is better; value = "
                                 "the metric row)", table, shown, {"shown": "metric_id", "value": "metric_id"})],
                    notes)
@@ -148,7 +148,7 @@ def _method_means(frame: pd.DataFrame) -> Section:
                     f"{low['domain']} {arena.FAMILIES.get(low['family'])} on {low['task']}, ",
                     Num(low["mean"], low["metric_ids"]), "."]
     return Section("method_means", "Method means per family and task", reading,
-                   figures.render(figures.draw_method_means, table, width=10, height=4.2),
+                   figures.render(figures.draw_method_means, table),
                    [_mean_table("method_means", "mean AUROC per family, method, domain and task", table,
                                 ["family", "method", "domain", "task"])],
                    ["Pipeline-check models form their own domain († , hatched) and are never pooled with real models."])
@@ -171,7 +171,7 @@ def _general_vs_ophthalmic(frame: pd.DataFrame, datasets: list[str]) -> Section:
            "ophthalmic_mean": "ophthalmic_metric_ids", "ophthalmic_configurations": "ophthalmic_metric_ids",
            "difference": "metric_ids"}
     return Section("general_vs_ophthalmic", "General vs ophthalmic vision encoders", reading,
-                   figures.render(figures.draw_general_vs_ophthalmic, table, width=6.5, height=3.6),
+                   figures.render(figures.draw_general_vs_ophthalmic, table),
                    [ReportTable("general_vs_ophthalmic", "mean linear-probe AUROC per dataset (over models and tasks)",
                                 table, shown, ids, {"general_configurations": "d", "ophthalmic_configurations": "d",
                                                     "difference": "+.3f"})])
@@ -186,7 +186,7 @@ def _task_cliff(frame: pd.DataFrame) -> Section:
             reading += [f" {series}: hardest {hard['task']} (", Num(hard["mean"], hard["metric_ids"]),
                         f"), easiest {easy['task']} (", Num(easy["mean"], easy["metric_ids"]), ")."]
     return Section("task_cliff", "The task cliff: mean AUROC per family and task", reading,
-                   figures.render(figures.draw_task_cliff, table, width=6.5, height=3.8),
+                   figures.render(figures.draw_task_cliff, table),
                    [_mean_table("task_cliff", "mean AUROC per family and task", table, ["series", "task"])])
 
 
@@ -204,7 +204,7 @@ def _mllm(frame: pd.DataFrame) -> Section:
     # The size as text (a model's size is not a measured number): size_b stays numeric in the CSV.
     shown_table = table.assign(size=table["size_b"].map(lambda v: f"{v:g}B" if pd.notna(v) else "not stated"))
     return Section("mllm", "Multimodal LLMs: AUROC vs ECE, size, medical vs general", reading,
-                   figures.render(figures.draw_mllm, table, width=10, height=4.0),
+                   figures.render(figures.draw_mllm, table),
                    [ReportTable("mllm", "per multimodal LLM and method (means over its configurations)", shown_table,
                                 shown, ids)],
                    ["fairness gap: mean sex equalized-odds gap; quality gap: mean |accuracy(adequate) - "
@@ -225,7 +225,7 @@ def _transfer(frame: pd.DataFrame) -> Section:
     notes = [f"Drawn: the {len(panels)} model x task matrices with the most defined cells; every pair is in the "
              "table."] if panels else []
     return Section("transfer", "Cross-dataset transfer (train A -> test B)", reading,
-                   figures.render(figures.draw_transfer, table, width=10, height=3.6 * max(1, -(-len(panels) // 3))),
+                   figures.render(figures.draw_transfer, table),
                    [ReportTable("transfer", "AUROC of every (model, task, trained on, tested on)", table,
                                 ["model", "task", "train_dataset", "dataset", "value", "ci_low", "ci_high", "reason"],
                                 {c: "metric_id" for c in ("value", "ci_low", "ci_high")})], notes)
@@ -243,8 +243,7 @@ def _reliability(frame: pd.DataFrame, read_samples) -> Section:
     columns = ["configuration", "bin_lower", "bin_upper", "count", "mean_score", "positive_rate", "ece"]
     ids = {c: "metric_id" for c in columns[1:]}
     return Section("reliability", "Reliability diagrams of the top configurations", reading,
-                   figures.render(figures.draw_reliability, table, width=3.4 * max(1, len(set(table["configuration"]))),
-                                  height=3.4),
+                   figures.render(figures.draw_reliability, table),
                    [ReportTable("reliability", "bins of the 10-bin ECE (each row carries that ECE's metric id)", table,
                                 columns, ids, {"count": "d", "bin_lower": ".1f", "bin_upper": ".1f"})])
 
@@ -273,8 +272,7 @@ def _robustness(rows: pd.DataFrame | None, summary: pd.DataFrame | None, models:
                                            "delta_high", "p_value")}
     formats = {"delta": "+.3f", "delta_low": "+.3f", "delta_high": "+.3f", "p_value": ".3g", "severity": "d"}
     return Section("robustness", "Image-quality robustness: AUROC under graded degradations", reading,
-                   figures.render(figures.draw_robustness, curves,
-                                  width=10, height=3.6 * max(1, -(-len(set(curves["panel"])) // 3))),
+                   figures.render(figures.draw_robustness, curves),
                    [ReportTable("robustness_extremes", "the most and least robust configurations (mean relative "
                                 "AUROC drop over every degradation and severity; mCE: ImageNet-C's mean corruption "
                                 "error with 1 - AUROC, normalised by the baseline model)", extremes,
@@ -315,7 +313,7 @@ def _lora(effects: pd.DataFrame | None, models: dict) -> Section:
     ids = {c: "metric_id" for c in ("base", "adapted", "delta", "ci_low", "ci_high", "p_value", "q_value", "n")}
     formats = {"delta": "+.3f", "ci_low": "+.3f", "ci_high": "+.3f", "p_value": ".3g", "q_value": ".3g", "n": "d"}
     return Section("lora", "LoRA fine-tuning: deltas in-domain vs out-of-domain", reading,
-                   figures.render(figures.draw_lora, deltas, means, width=9, height=3.6),
+                   figures.render(figures.draw_lora, deltas, means),
                    [_mean_table("lora_means", "mean delta per domain and metric", means, ["series", "domain", "metric"]),
                     ReportTable("lora", "every adapted configuration (q: Benjamini-Hochberg per metric x domain)",
                                 deltas, columns, ids, formats)])
@@ -379,7 +377,7 @@ def _coverage(frame, effects, unavailable, datasets, notes=None) -> Section:
                "quality cell also names each attribute below its coverage floor, with its figure (its rows are kept "
                "without a value)."]
     return Section("coverage", "Coverage: which dataset feeds which axis, and why a cell is empty", reading,
-                   figures.render(figures.draw_coverage, table, width=7, height=0.3 * len(datasets) + 1.6),
+                   figures.render(figures.draw_coverage, table),
                    [ReportTable("coverage", "dataset x axis", table, ["dataset", "axis", "covered", "reason"]),
                     ReportTable("empty_numbers", "numbers without a value, by dataset, axis and reason", empty,
                                 ["dataset", "axis", "reason", "numbers"], {"numbers": "metric_ids"}, {"numbers": "d"}),

@@ -20,11 +20,16 @@ DOMAIN_COLOURS = {"general": "#3b6fb6", "ophthalmic": "#d9822b", "medical": "#c2
                   "unregistered": "#555555"}
 DOMAIN_COLOURS_DEFAULT = "#555555"
 DAGGER_NOTE = "† pipeline-check model: seeded random weights; it tests the plumbing and says nothing about retinal AI"
+# Sizes in points at the figure's own size, which the page shows unscaled (WIDTH fits a page 800 px wide): 8.5 pt is
+# 11.3 px, the smallest text of any figure.
+SMALL = 8.5
 STYLE = {
-    "font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7, "xtick.labelsize": 7,
-    "ytick.labelsize": 7, "axes.spines.top": False, "axes.spines.right": False, "svg.fonttype": "none",
-    "figure.dpi": 100, "savefig.bbox": "tight",
+    "font.size": 9, "axes.titlesize": 9.5, "axes.labelsize": 9, "legend.fontsize": SMALL, "xtick.labelsize": SMALL,
+    "ytick.labelsize": SMALL, "axes.spines.top": False, "axes.spines.right": False, "svg.fonttype": "none",
+    "figure.dpi": 100, "savefig.bbox": "tight", "svg.hashsalt": "focus-arena",
 }
+WIDTH = 7.2  # inches: 691 px, inside the text column of an 800-px window, so nothing is shrunk to fit
+ROW_HEIGHT = 3.0  # inches per row of panels
 
 
 @dataclass(frozen=True)
@@ -43,23 +48,61 @@ def family_colour(family: str, k: int = 0, n: int = 1):
     return cmap(0.9 - 0.5 * (k / max(n - 1, 1)))
 
 
-def render(draw, *args, width: float = 7.0, height: float = 4.0) -> Drawn:
-    """Draw a figure with `draw(fig, *args)` in the house style; return its SVG and PNG (150 dpi)."""
+def render(draw, *args) -> Drawn:
+    """Draw a figure with `draw(fig, *args)` in the house style, WIDTH wide (the drawing sets its height by its rows
+    of panels), laid out by matplotlib's constrained layout so that titles, labels, legends and colour bars do not
+    run into each other; then the footnote below all of it. Its SVG and PNG (150 dpi)."""
     import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     with matplotlib.rc_context(STYLE):
-        fig = Figure(figsize=(width, height))
+        fig = Figure(figsize=(WIDTH, ROW_HEIGHT), layout="constrained")
+        FigureCanvasAgg(fig)  # a renderer to measure text with while drawing (`_apart`)
         draw(fig, *args)
+        _place_footnote(fig)
         svg, png = io.BytesIO(), io.BytesIO()
         fig.savefig(svg, format="svg", metadata={"Date": None})
         fig.savefig(png, format="png", dpi=150, metadata={"Software": None})
     return Drawn(svg.getvalue(), png.getvalue())
 
 
-def _note(fig, show: bool, below: float = -0.02) -> None:
+def _panels(fig, n: int, columns: int, row_height: float = ROW_HEIGHT, **kwargs) -> list:
+    """n axes, `columns` to a row (fewer when n is smaller), the figure as tall as its rows."""
+    columns = max(1, min(columns, n))
+    rows = -(-n // columns)
+    fig.set_size_inches(WIDTH, row_height * rows)
+    return [fig.add_subplot(rows, columns, k + 1, **kwargs) for k in range(n)]
+
+
+def _note(fig, show: bool) -> None:
+    """The pipeline-check footnote, placed by `render` below everything else once the layout is known."""
     if show:
-        fig.text(0.01, below, DAGGER_NOTE, fontsize=6.5, color="#555555", ha="left", va="top")
+        fig._focus_footnote = DAGGER_NOTE
+
+
+def _place_footnote(fig) -> None:
+    note = getattr(fig, "_focus_footnote", None)
+    if not note:
+        return
+    fig.draw_without_rendering()  # runs the layout: the lowest text is where it will be drawn
+    fig.set_layout_engine("none")  # and stays there
+    for legend in fig.legends:
+        # A figure legend is anchored to the figure's edge, and a tight save moves that edge down to the note:
+        # pinned where the layout put it, in figure coordinates, it stays above.
+        box = legend.get_window_extent().transformed(fig.transFigure.inverted())
+        legend.set_bbox_to_anchor(box, transform=fig.transFigure)
+        legend.set_loc("center")
+        legend.borderaxespad = 0
+    lowest = fig.get_tightbbox().y0 / fig.get_size_inches()[1]
+    fig.text(0.0, lowest - 0.02, note, fontsize=SMALL, color="#555555", ha="left", va="top")
+
+
+def _two_lines(configuration: str) -> str:
+    """A configuration's name ("model · method · task · dataset ...") broken at its middle separator."""
+    parts = configuration.split(" · ")
+    middle = (len(parts) + 1) // 2
+    return " · ".join(parts[:middle]) + ("\n" + " · ".join(parts[middle:]) if parts[middle:] else "")
 
 
 def _empty(ax, text: str) -> None:
@@ -75,9 +118,8 @@ def draw_spider(fig, table: pd.DataFrame) -> None:
     families = [f for f in FAMILIES if f in set(table["family"])] or ["vm"]
     labels = [a.label for a in SPIDER_AXES]
     angles = np.linspace(0, 2 * np.pi, len(labels), endpoint=False)
-    for k, family in enumerate(families):
-        ax = fig.add_subplot(1, len(families), k + 1, projection="polar")
-        ax.tick_params(axis="x", pad=6)
+    for family, ax in zip(families, _panels(fig, len(families), 1, 3.0, projection="polar")):
+        ax.tick_params(axis="x", pad=4)
         mine = table[table["family"] == family]
         configs = list(dict.fromkeys(mine["configuration"]))
         for j, config in enumerate(configs):
@@ -86,18 +128,17 @@ def draw_spider(fig, table: pd.DataFrame) -> None:
             check = bool(rows["pipeline_check"].fillna(False).any())
             ring = np.append(values, values[0])  # NaN leaves the outline open on that axis
             ax.plot(np.append(angles, angles[0]), ring, color=family_colour(family, j, len(configs)), lw=1.2,
-                    ls="--" if check else "-", marker="o", ms=2.5, label=config)
+                    ls="--" if check else "-", marker="o", ms=2.5, label=_two_lines(config))
         ax.set_xticks(angles)
         ax.set_xticklabels(labels)
         ax.set_ylim(0, 1)
         ax.set_yticks([0.25, 0.5, 0.75, 1.0])
         ax.set_yticklabels(["", "0.5", "", "1"], color="#777777")
-        ax.set_title(FAMILIES.get(family, family), pad=14)
+        ax.set_title(FAMILIES.get(family, family), pad=12)
         if configs:
-            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False, fontsize=5.5)
+            ax.legend(loc="center left", bbox_to_anchor=(1.25, 0.5), frameon=False)
         else:
-            ax.text(0, 0, "no configuration with a defined AUROC", ha="center", fontsize=7, color="#666666")
-    fig.subplots_adjust(wspace=0.55)
+            ax.text(0, 0, "no configuration with a defined AUROC", ha="center", color="#666666")
     _note(fig, bool(table["pipeline_check"].any()) if len(table) else False)
 
 
@@ -106,8 +147,7 @@ def draw_spider(fig, table: pd.DataFrame) -> None:
 
 def draw_method_means(fig, table: pd.DataFrame) -> None:
     families = [f for f in FAMILIES if f in set(table["family"])] or ["vm"]
-    for k, family in enumerate(families):
-        ax = fig.add_subplot(1, len(families), k + 1)
+    for k, (family, ax) in enumerate(zip(families, _panels(fig, len(families), 2, 3.4))):
         mine = table[table["family"] == family]
         groups = list(dict.fromkeys(zip(mine["method"], mine["domain"])))
         width = 0.8 / max(len(groups), 1)
@@ -124,11 +164,19 @@ def draw_method_means(fig, table: pd.DataFrame) -> None:
         ax.set_ylim(0, 1)
         ax.axhline(0.5, color="#999999", lw=0.6, ls=":")
         ax.set_title(FAMILIES.get(family, family))
-        if k == 0:
-            ax.set_ylabel("mean test AUROC (95% t interval)")
+        if k % 2 == 0:
+            ax.set_ylabel("mean test AUROC\n(95% t interval)")
         if groups:
-            ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.1))
-    _note(fig, bool((table["domain"] == "pipeline-check").any()) if len(table) else False, below=-0.25)
+            ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.12))
+    _note(fig, bool((table["domain"] == "pipeline-check").any()) if len(table) else False)
+
+
+def _data_start(values: pd.DataFrame) -> float:
+    """Where an AUROC axis starts: just below the lowest value drawn (whiskers included) or chance (0.5), whichever
+    is lower, so no mark is cut and chance is always on the axis."""
+    numbers = values.to_numpy(float)
+    low = float(np.nanmin(numbers)) if np.isfinite(numbers).any() else 0.5
+    return max(0.0, np.floor((min(low, 0.5) - 0.02) * 20) / 20)
 
 
 def _error_bars(rows: pd.DataFrame):
@@ -141,7 +189,7 @@ def _error_bars(rows: pd.DataFrame):
 
 
 def draw_general_vs_ophthalmic(fig, table: pd.DataFrame) -> None:
-    ax = fig.add_subplot(1, 1, 1)
+    (ax,) = _panels(fig, 1, 1, 0.32 * len(table) + 1.5)
     y = np.arange(len(table))[::-1]
     for row, yy in zip(table.itertuples(), y):
         if pd.notna(row.general_mean) and pd.notna(row.ophthalmic_mean):
@@ -151,10 +199,10 @@ def draw_general_vs_ophthalmic(fig, table: pd.DataFrame) -> None:
                    label=f"{domain} vision encoders")
     for row, yy in zip(table.itertuples(), y):
         if pd.isna(row.general_mean) and pd.isna(row.ophthalmic_mean):
-            ax.text(0.52, yy, "no defined AUROC", va="center", fontsize=6, color="#777777")
+            ax.text(0.5, yy, "no defined AUROC", va="center", color="#777777")
     ax.set_yticks(y)
     ax.set_yticklabels(table["dataset"])
-    ax.set_xlim(0.3, 1.05)
+    ax.set_xlim(_data_start(table[["general_mean", "ophthalmic_mean"]]), 1.02)
     ax.axvline(0.5, color="#999999", lw=0.6, ls=":")
     ax.set_xlabel("mean linear-probe test AUROC over models and tasks")
     ax.legend(frameon=False, loc="lower left", bbox_to_anchor=(0, 1.0), ncols=2)
@@ -164,7 +212,7 @@ def draw_general_vs_ophthalmic(fig, table: pd.DataFrame) -> None:
 
 
 def draw_task_cliff(fig, table: pd.DataFrame) -> None:
-    ax = fig.add_subplot(1, 1, 1)
+    (ax,) = _panels(fig, 1, 1, 3.4)
     x = np.arange(len(TASKS))
     for series, rows in table.groupby("series", sort=True):
         family = rows["family"].iloc[0]
@@ -174,11 +222,11 @@ def draw_task_cliff(fig, table: pd.DataFrame) -> None:
                     ls="--" if check else "-", capsize=3, lw=1.3, label=series)
     ax.set_xticks(x)
     ax.set_xticklabels(TASKS)
-    ax.set_ylim(0.3, 1.0)
+    ax.set_ylim(_data_start(table[["mean", "ci_low"]]) if len(table) else 0.0, 1.01)
     ax.axhline(0.5, color="#999999", lw=0.6, ls=":")
     ax.set_ylabel("mean test AUROC (95% t interval)")
     if len(table):
-        ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncols=2)
     else:
         _empty(ax, "no defined AUROC yet")
     _note(fig, bool(table["series"].str.contains("pipeline check").any()) if len(table) else False)
@@ -188,11 +236,12 @@ def draw_task_cliff(fig, table: pd.DataFrame) -> None:
 
 
 def draw_mllm(fig, table: pd.DataFrame) -> None:
-    left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    left, right = _panels(fig, 2, 1, 3.2)
     if table.empty:
         _empty(left, "no multimodal LLM selected")
         _empty(right, "")
         return
+    names_drawn = []
     for row in table.itertuples():
         size = 25 + 6 * row.size_b if pd.notna(row.size_b) else 25
         marker = "X" if row.pipeline_check else ("s" if row.method == "yes_no_lora" else "o")
@@ -201,7 +250,8 @@ def draw_mllm(fig, table: pd.DataFrame) -> None:
         name = f"{row.model}{' (LoRA)' if row.method == 'yes_no_lora' else ''}{' †' if row.pipeline_check else ''}"
         size_text = f", {row.size_b:g}B" if pd.notna(row.size_b) else ""
         if pd.notna(row.auroc) and pd.notna(row.ece):
-            left.annotate(name + size_text, (row.auroc, row.ece), fontsize=6, xytext=(4, 3), textcoords="offset points")
+            names_drawn.append((row.auroc, left.annotate(name + size_text, (row.auroc, row.ece), xytext=(5, 3),
+                                                         textcoords="offset points")))
     from matplotlib.ticker import MaxNLocator
 
     left.xaxis.set_major_locator(MaxNLocator(5))
@@ -210,7 +260,9 @@ def draw_mllm(fig, table: pd.DataFrame) -> None:
     left.set_title("AUROC vs ECE (colour: domain; area: size)")
     for domain in sorted(set(table["domain"])):
         left.scatter([], [], color=DOMAIN_COLOURS.get(domain, DOMAIN_COLOURS_DEFAULT), label=domain)
-    left.legend(frameon=False, fontsize=6)
+    left.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _names_inside(left, names_drawn)
+    _apart(fig, [label for _, label in names_drawn])
     names = [f"{r.model}{' (LoRA)' if r.method == 'yes_no_lora' else ''}{' †' if r.pipeline_check else ''}"
              for r in table.itertuples()]
     y = np.arange(len(table))
@@ -221,13 +273,40 @@ def draw_mllm(fig, table: pd.DataFrame) -> None:
     for yy, (fair, quality) in enumerate(zip(table["fairness_gap"], table["quality_gap"])):
         for offset, value in ((-0.2, fair), (0.2, quality)):
             if pd.isna(value):
-                right.text(0.005, yy + offset, "n/a", va="center", fontsize=5.5, color="#777777")
+                right.text(0.005, yy + offset, "n/a", va="center", color="#777777")
     right.set_yticks(y)
     right.set_yticklabels(names)
     right.set_xlabel("mean gap over configurations (lower is fairer / more robust)")
     right.set_title("fairness and image-quality gaps")
-    right.legend(frameon=False, fontsize=6)
+    right.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _note(fig, bool(table["pipeline_check"].any()))
+
+
+def _names_inside(ax, labels: list) -> None:
+    """A point's name on the side of the point that faces the middle of the axes, so it stays inside them."""
+    low, high = ax.get_xlim()
+    for x, label in labels:
+        if x > (low + high) / 2:
+            label.set_horizontalalignment("right")
+            label.xyann = (-5, label.xyann[1])
+
+
+def _apart(fig, labels: list) -> None:
+    """Moves point labels down, one line at a time, until none covers another (points close in AUROC and ECE
+    put their names on top of each other)."""
+    if len(labels) < 2:
+        return
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    placed = []
+    for label in labels:
+        for _ in range(len(labels)):
+            box = label.get_window_extent(renderer)
+            if not any(box.overlaps(other) for other in placed):
+                break
+            x, y = label.xyann
+            label.xyann = (x, y - box.height * 72 / fig.dpi - 1)
+        placed.append(label.get_window_extent(renderer))
 
 
 # ------------------------------------------------------------------------------------- transfer
@@ -250,29 +329,27 @@ def draw_transfer(fig, table: pd.DataFrame) -> None:
     if not panels:
         _empty(fig.add_subplot(1, 1, 1), "no cross-dataset pair with a defined AUROC")
         return
-    columns = min(len(panels), 3)
-    rows_n = int(np.ceil(len(panels) / columns))
+    columns = 2 if table["dataset"].nunique() <= 6 else 1  # each cell wide enough for its number
     cmap = colormaps["viridis"].with_extremes(bad="#e6e6e6")
-    for k, (model, task) in enumerate(panels):
-        ax = fig.add_subplot(rows_n, columns, k + 1)
+    for k, ((model, task), ax) in enumerate(zip(panels, _panels(fig, len(panels), columns, 3.4))):
         mine = table[(table["model"] == model) & (table["task"] == task)]
         names = sorted(set(mine["train_dataset"]) | set(mine["dataset"]))
         grid = mine.pivot_table(index="train_dataset", columns="dataset", values="value", aggfunc="first")
         grid = grid.reindex(index=names, columns=names)
         image = ax.imshow(np.ma.masked_invalid(grid.to_numpy(float)), cmap=cmap, vmin=0.0, vmax=1.0)
         for (i, j), value in np.ndenumerate(grid.to_numpy(float)):
-            ax.text(j, i, "–" if np.isnan(value) else f"{value:.2f}", ha="center", va="center", fontsize=5,
+            ax.text(j, i, "–" if np.isnan(value) else f"{value:.2f}", ha="center", va="center", fontsize=SMALL,
                     color="black" if np.isnan(value) or value > 0.6 else "white")
         ax.set_xticks(range(len(names)))
-        ax.set_xticklabels(names, rotation=60, ha="right", fontsize=5.5)
+        ax.set_xticklabels(names, rotation=90)
         ax.set_yticks(range(len(names)))
-        ax.set_yticklabels(names, fontsize=5.5)
+        ax.set_yticklabels(names)
         check = bool(mine["pipeline_check"].any())
-        ax.set_title(f"{model}{' †' if check else ''} · {task}", fontsize=7.5)
+        ax.set_title(f"{model}{' †' if check else ''}\n{task}")
         if k % columns == 0:
             ax.set_ylabel("trained on")
-        ax.set_xlabel("tested on", fontsize=6.5)
-    fig.colorbar(image, ax=fig.axes, shrink=0.6, label="test AUROC")
+        ax.set_xlabel("tested on")
+    fig.colorbar(image, ax=fig.axes, shrink=0.8, label="test AUROC")
     _note(fig, bool(table[table.set_index(["model", "task"]).index.isin(panels)]["pipeline_check"].any()))
 
 
@@ -284,8 +361,7 @@ def draw_reliability(fig, table: pd.DataFrame) -> None:
     if not configs:
         _empty(fig.add_subplot(1, 1, 1), "no configuration with a defined ECE")
         return
-    for k, config in enumerate(configs):
-        ax = fig.add_subplot(1, len(configs), k + 1)
+    for k, (config, ax) in enumerate(zip(configs, _panels(fig, len(configs), 2, 3.0))):
         rows = table[table["configuration"] == config]
         family = rows["family"].iloc[0]
         centres = ((rows["bin_lower"] + rows["bin_upper"]) / 2).to_numpy(float)
@@ -294,13 +370,13 @@ def draw_reliability(fig, table: pd.DataFrame) -> None:
                hatch="///" if rows["pipeline_check"].iloc[0] else None, edgecolor="white", lw=0.4)
         ax.plot([0, 1], [0, 1], color="#999999", lw=0.8, ls="--")
         for centre, count, rate in zip(centres, rows["count"], rows["positive_rate"]):
-            ax.text(centre, (0 if pd.isna(rate) else rate) + 0.02, str(int(count)), ha="center", fontsize=5.5)
+            ax.text(centre, (0 if pd.isna(rate) else rate) + 0.02, str(int(count)), ha="center", fontsize=SMALL)
         ax.set_xlim(0, 1.02)
         ax.set_ylim(0, 1.1)
         ax.set_xlabel("mean score in bin")
-        if k == 0:
-            ax.set_ylabel("observed positive rate (bar labels: images)")
-        ax.set_title(f"{config}\nECE {rows['ece'].iloc[0]:.3f}", fontsize=6.5)
+        if k % 2 == 0:
+            ax.set_ylabel("observed positive rate\n(bar labels: images)")
+        ax.set_title(f"{_two_lines(config)}\nECE {rows['ece'].iloc[0]:.3f}")
     _note(fig, bool(table["pipeline_check"].any()))
 
 
@@ -318,11 +394,9 @@ def draw_robustness(fig, curves: pd.DataFrame) -> None:
     from matplotlib import colormaps
     from matplotlib.lines import Line2D
 
-    columns = min(3, len(panels))
-    rows = -(-len(panels) // columns)
-    low = float(np.nanmin(curves[["mean", "ci_low"]].to_numpy(float)))
-    for k, panel in enumerate(panels):
-        ax = fig.add_subplot(rows, columns, k + 1)
+    columns = 2
+    start = _data_start(curves[["mean", "ci_low"]])
+    for k, (panel, ax) in enumerate(zip(panels, _panels(fig, len(panels), columns, 3.0))):
         mine = curves[curves["panel"] == panel]
         names = list(dict.fromkeys(mine["degradation"]))
         for j, name in enumerate(names):
@@ -336,16 +410,15 @@ def draw_robustness(fig, curves: pd.DataFrame) -> None:
         ax.set_xlabel("severity (0: clean)")
         if k % columns == 0:
             ax.set_ylabel("mean test AUROC")
-        ax.set_ylim(max(0.0, min(low, 0.5) - 0.02), 1.01)
+        ax.set_ylim(start, 1.01)
         ax.set_title(panel if len(names) > 1 else f"{panel}: {names[0]}")
         if len(names) > 1:
-            ax.legend(frameon=False, fontsize=6, loc="lower left")
+            ax.legend(frameon=False, loc="lower left")
     series = sorted(set(curves["series"]))
     fig.legend(handles=[Line2D([], [], color="#444444", ls="--" if "pipeline check" in s else "-", marker="o", ms=3,
                                label=s) for s in series],
-               loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(3, len(series)), frameon=False, fontsize=7)
-    fig.subplots_adjust(hspace=0.6, wspace=0.3)
-    _note(fig, bool(curves["series"].str.contains("pipeline check").any()), below=-0.07)
+               loc="outside lower center", ncol=min(2, len(series)), frameon=False)
+    _note(fig, bool(curves["series"].str.contains("pipeline check").any()))
 
 
 def _whiskers(rows: pd.DataFrame):
@@ -366,8 +439,7 @@ def draw_lora(fig, deltas: pd.DataFrame, means: pd.DataFrame) -> None:
         _empty(fig.add_subplot(1, 1, 1), "no adapted configuration with a delta yet")
         return
     rng = np.random.default_rng(0)  # the jitter only spreads overlapping points
-    for k, metric in enumerate(LORA_METRICS):
-        ax = fig.add_subplot(1, len(LORA_METRICS), k + 1)
+    for metric, ax in zip(LORA_METRICS, _panels(fig, len(LORA_METRICS), 3, 3.2)):
         for j, domain in enumerate(("in_domain", "out_of_domain")):
             rows = deltas[(deltas["metric"] == metric) & (deltas["domain"] == domain) & deltas["delta"].notna()]
             x = j + rng.uniform(-0.15, 0.15, len(rows))
@@ -381,10 +453,16 @@ def draw_lora(fig, deltas: pd.DataFrame, means: pd.DataFrame) -> None:
                             color="#888888" if check else "black")
         ax.axhline(0, color="#999999", lw=0.7)
         ax.set_xticks([0, 1])
-        ax.set_xticklabels(["in-domain", "out-of-domain"])
+        ax.set_xticklabels(["in-\ndomain", "out-of-\ndomain"])
         ax.set_xlim(-0.5, 1.6)
-        ax.set_title(f"Δ {metric} (adapted - base)")
-    fig.axes[0].set_ylabel("delta per configuration; ◆ mean (95% t interval; grey: pipeline check †)")
+        ax.set_title(f"Δ {metric}")
+    fig.axes[0].set_ylabel("adapted - base")
+    from matplotlib.lines import Line2D
+
+    fig.legend(handles=[Line2D([], [], ls="", marker="o", color="#666666", label="one configuration"),
+                        Line2D([], [], ls="", marker="D", color="black", label="mean, 95% t interval"),
+                        Line2D([], [], ls="", marker="D", color="#888888", label="mean of pipeline checks †")],
+               loc="outside lower center", ncol=3, frameon=False)
     _note(fig, bool(deltas["pipeline_check"].any()))
 
 
@@ -394,16 +472,16 @@ def draw_lora(fig, deltas: pd.DataFrame, means: pd.DataFrame) -> None:
 def draw_coverage(fig, table: pd.DataFrame) -> None:
     from matplotlib.colors import ListedColormap
 
-    ax = fig.add_subplot(1, 1, 1)
     datasets = list(dict.fromkeys(table["dataset"]))
+    (ax,) = _panels(fig, 1, 1, 0.3 * len(datasets) + 1.9)
     axes = list(dict.fromkeys(table["axis"]))
     grid = table.pivot(index="dataset", columns="axis", values="covered").reindex(index=datasets, columns=axes)
     ax.imshow((grid == "yes").to_numpy(int), cmap=ListedColormap(["#eeeeee", "#4c9a6a"]), vmin=0, vmax=1)
     for (i, j), value in np.ndenumerate(grid.to_numpy()):
-        ax.text(j, i, "✓" if value == "yes" else "–", ha="center", va="center", fontsize=7,
+        ax.text(j, i, "✓" if value == "yes" else "–", ha="center", va="center", fontsize=SMALL,
                 color="white" if value == "yes" else "#777777")
     ax.set_xticks(range(len(axes)))
     ax.set_xticklabels(axes, rotation=30, ha="right")
     ax.set_yticks(range(len(datasets)))
     ax.set_yticklabels(datasets)
-    ax.set_title("which dataset contributes to which axis (– : no defined number; the reasons are listed below)")
+    ax.set_title("which dataset contributes to which axis\n(– : no defined number; the reasons are listed below)")

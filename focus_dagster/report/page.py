@@ -1,7 +1,7 @@
-"""The report as one self-contained HTML file: figures embedded as SVG data, tables whose every number carries
-the metric_id it comes from (`data-metric-id`, shown on hover), or, for a value the reference study published and
-the report quotes beside ours, the id of that reference (`data-reference-id`, report/reference.py); no script and
-nothing fetched from a network.
+"""The report as one self-contained HTML file: figures inline as SVG (their text is the page's), tables whose every
+number carries the metric_id it comes from (`data-metric-id`, shown on hover), or, for a value the reference study
+published and the report quotes beside ours, the id of that reference (`data-reference-id`, report/reference.py); no
+script and nothing fetched from a network.
 
 Every text of the page goes through `html.escape`, the section and table names and the header lines too: model
 ids, dataset keys, values of users' files and reasons are shown as written in any browser, never read as markup.
@@ -9,8 +9,8 @@ ids, dataset keys, values of users' files and reasons are shown as written in an
 
 from __future__ import annotations
 
-import base64
 import html
+import re
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -58,13 +58,14 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2r
 h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { font-size: 1.2rem; margin-top: 2.4rem;
        border-bottom: 1px solid #ddd; padding-bottom: .2rem; }
 .meta, .note { color: #555; font-size: .85rem; } .reading { font-size: 1rem; margin: .4rem 0 .8rem; }
-figure { margin: .6rem 0; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figure { margin: .6rem 0; } figure svg { max-width: 100%; height: auto; border: 1px solid #eee; }
 table { border-collapse: collapse; font-size: .78rem; margin: .4rem 0 1rem; }
 th, td { border-bottom: 1px solid #e5e5e5; padding: .15rem .45rem; text-align: left; vertical-align: top; }
 th { background: #f6f6f6; position: sticky; top: 0; } td.num, span.num { font-variant-numeric: tabular-nums; }
 td.num { text-align: right; } .num[data-metric-id] { cursor: help; border-bottom: 1px dotted #999; }
-td.num[data-metric-id] { border-bottom: 1px solid #e5e5e5; }
+td.num[data-metric-id] { border-bottom: 1px solid #e5e5e5; } tr.folded td { color: #555; font-style: italic; }
 details { margin: .3rem 0 1rem; } summary { cursor: pointer; color: #333; }
+.wide { overflow-x: auto; max-width: 100%; } p, summary, figcaption { overflow-wrap: anywhere; }
 code { background: #f3f3f3; padding: 0 .25rem; border-radius: 3px; } nav a { margin-right: .8rem; }
 """
 
@@ -94,14 +95,31 @@ def section_html(section: Section) -> str:
     out = [f'<section id="{name}"><h2>{html.escape(section.title)}</h2>',
            f'<p class="reading">{prose(section.reading)}</p>']
     if section.figure is not None:
-        data = base64.b64encode(section.figure.svg).decode()
-        out.append(f'<figure><img alt="{html.escape(section.title)}" src="data:image/svg+xml;base64,{data}">'
+        out.append(f'<figure>{inline_svg(section.figure.svg, section.name, section.title)}'
                    f'<figcaption class="note">figures/{name}.png</figcaption></figure>')
     out += [f'<p class="note">{html.escape(note)}</p>' for note in section.notes]
     for table in section.tables:
         out.append(table_html(table))
     out.append("</section>")
     return "\n".join(out)
+
+
+_SVG_PROLOGUE = re.compile(r"\A.*?(?=<svg\b)", re.S)
+_SVG_METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.S)
+_SVG_NAMESPACES = re.compile(r'\s+xmlns(:\w+)?="[^"]*"')
+_SVG_IDS = re.compile(r'(\bid="|url\(#|href="#)([^")]+)')
+
+
+def inline_svg(svg: bytes, prefix: str, title: str) -> str:
+    """Matplotlib's SVG as an element of the page, its text real text (so it is read, searched and measured at the
+    size it is drawn) rather than an image: without the XML prologue and metadata, the namespaces the HTML parser
+    supplies itself, and every id prefixed with the section's name (matplotlib numbers them from 1 in each figure,
+    so two figures' "axes_1" or clip paths would collide in one document). The figure's text was escaped by
+    matplotlib's SVG writer."""
+    text = _SVG_METADATA.sub("", _SVG_PROLOGUE.sub("", svg.decode("utf-8"), count=1))
+    text = _SVG_NAMESPACES.sub("", text)
+    text = _SVG_IDS.sub(lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", text)
+    return text.replace("<svg ", f'<svg role="img" aria-label="{html.escape(title)}" ', 1)
 
 
 def prose(parts: list) -> str:
@@ -119,9 +137,20 @@ def number_span(number: Num) -> str:
             f"{format_number(number.value, number.spec)}</span>")
 
 
+def placeholders(table: ReportTable) -> pd.Series:
+    """Rows that hold no number, only the reason why (a configuration not computed, a group too small): shown
+    folded, one line per reason with its count; the CSV keeps each of them."""
+    frame = table.frame
+    if "reason" not in frame.columns or not table.ids or frame.empty:
+        return pd.Series(False, index=frame.index)
+    numbers = frame[[c for c in table.ids if c in frame.columns]]
+    return numbers.isna().all(axis=1) & frame["reason"].notna() & (frame["reason"].astype(str) != "")
+
+
 def table_html(table: ReportTable) -> str:
     frame = table.frame
-    rows = frame.head(MAX_HTML_ROWS)
+    folded = placeholders(table)
+    rows = frame[~folded].head(MAX_HTML_ROWS)
     head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in table.shown)
     body = []
     for record in rows.to_dict("records"):
@@ -136,12 +165,21 @@ def table_html(table: ReportTable) -> str:
             else:
                 cells.append(f"<td>{html.escape(_text(value))}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
+    if folded.any():
+        body += _folded_rows(frame.loc[folded, "reason"], len(table.shown))
     name = html.escape(table.name)
-    more = (f'<p class="note">first {MAX_HTML_ROWS} of {len(frame)} rows; all of them in tables/{name}.csv</p>'
-            if len(frame) > MAX_HTML_ROWS else "")
-    return (f"<details{' open' if len(frame) <= OPEN_ROWS else ''}><summary>{html.escape(table.title)} <span class=\"note\">(tables/{name}.csv)"
-            f"</span></summary><table data-table=\"{name}\"><thead><tr>{head}</tr></thead><tbody>"
-            + "".join(body) + f"</tbody></table>{more}</details>")
+    kept = int((~folded).sum())
+    more = (f'<p class="note">first {MAX_HTML_ROWS} of {kept} rows with numbers; all of them in tables/{name}.csv</p>'
+            if kept > MAX_HTML_ROWS else "")
+    return (f"<details{' open' if len(rows) <= OPEN_ROWS else ''}><summary>{html.escape(table.title)} "
+            f'<span class="note">(tables/{name}.csv)</span></summary><div class="wide"><table data-table="{name}">'
+            f"<thead><tr>{head}</tr></thead><tbody>" + "".join(body) + f"</tbody></table></div>{more}</details>")
+
+
+def _folded_rows(reasons: pd.Series, columns: int) -> list[str]:
+    """One line per reason, with the number of rows it stands for, in the order the reasons first appear."""
+    return [f'<tr class="folded"><td colspan="{columns}">{count} row{"s" if count > 1 else ""} without a number: '
+            f"{html.escape(reason)}</td></tr>" for reason, count in reasons.astype(str).value_counts(sort=False).items()]
 
 
 def _number_cell(value, ids: str, spec: str) -> str:

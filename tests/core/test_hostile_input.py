@@ -228,17 +228,27 @@ def test_comparisons_questions_and_rule_previews_show_user_text_as_text():
 
 
 class _Elements(HTMLParser):
-    """Every element of a page with its attributes, and its text."""
+    """Every element of a page with its attributes, and its text (with the elements it is inside)."""
 
     def __init__(self):
         super().__init__()
-        self.elements, self.text = [], []
+        self.elements, self.text, self.open, self.placed = [], [], [], []
 
     def handle_starttag(self, tag, attrs):
         self.elements.append((tag, dict(attrs)))
+        self.open.append(tag)
+
+    def handle_endtag(self, tag):
+        if tag in self.open:
+            del self.open[len(self.open) - 1 - self.open[::-1].index(tag):]
 
     def handle_data(self, data):
         self.text.append(data)
+        self.placed.append((tuple(self.open), data))
+
+    def text_in(self, tag: str) -> list[str]:
+        """The text inside `tag` elements."""
+        return [data for path, data in self.placed if tag in path]
 
 
 def test_the_arena_report_shows_hostile_model_ids_and_header_text_as_text():
@@ -260,8 +270,10 @@ def test_the_arena_report_shows_hostile_model_ids_and_header_text_as_text():
     page.feed(report.html)
     handlers = [(tag, name) for tag, attrs in page.elements for name in attrs if name.lower().startswith("on")]
     assert handlers == []
-    images = [attrs.get("src", "") for tag, attrs in page.elements if tag == "img"]
-    assert all(src.startswith("data:image/svg+xml;base64,") for src in images), images
+    tags = [tag for tag, _ in page.elements]
+    # The figures are inline SVG, whose text (the model ids of legends and labels) is the page's own text.
+    assert tags.count("svg") >= 5 and "img" not in tags and "script" not in tags and "foreignobject" not in tags
     text = "".join(page.text)
+    assert any(HOSTILE in part for part in page.text_in("svg")), "the hostile id is drawn, as text"
     assert f"tables {HOSTILE}" in text and text.count(HOSTILE) >= 2  # the header and a table cell, as text
     _no_raw_markup(headline_markdown(report))

@@ -171,7 +171,8 @@ def test_the_report_in_chromium_every_figure_renders_and_every_number_traces(dem
             page.on("request", lambda request: requests.append(request.url))
             page.goto(page_path.as_uri(), wait_until="load")
             images = page.eval_on_selector_all(
-                "figure img", "imgs => imgs.map(i => [i.alt, i.complete, i.naturalWidth, i.naturalHeight])")
+                "figure svg", "svgs => svgs.map(s => [s.getAttribute('aria-label'), s.querySelectorAll('path').length"
+                              " > 0, s.getBoundingClientRect().width, s.getBoundingClientRect().height])")
             numbers = page.eval_on_selector_all(
                 "td, span", "cells => cells.filter(c => c.children.length === 0 && "
                             "/^[-+]?[0-9]+([.][0-9]+)?$/.test(c.textContent.trim()))"
@@ -194,6 +195,92 @@ def test_the_report_in_chromium_every_figure_renders_and_every_number_traces(dem
         assert set(ids.split()) <= known, (text, ids)
         assert "metric_id" in title or "metric ids" in title
     assert screenshot.stat().st_size > 50_000
+
+
+# In the page: the text of every figure with its size on screen and its box, the page's width against the window's.
+MEASURE = """() => {
+  const figures = [...document.querySelectorAll('figure svg')].map(svg => ({
+    section: svg.closest('section').id,
+    texts: [...svg.querySelectorAll('text')].filter(t => t.textContent.trim()).map(t => {
+      const box = t.getBoundingClientRect(), ctm = t.getScreenCTM();
+      return {text: t.textContent.trim(), px: parseFloat(getComputedStyle(t).fontSize) * Math.hypot(ctm.a, ctm.b),
+              box: [box.left, box.top, box.right, box.bottom]};
+    })}));
+  return {figures, page: document.documentElement.scrollWidth, window: document.documentElement.clientWidth};
+}"""
+
+
+def _overlapping(texts: list[dict], slack: float = 1.0) -> list[tuple[str, str]]:
+    """Pairs of texts whose boxes cover each other by more than `slack` px both ways."""
+    pairs = []
+    for k, a in enumerate(texts):
+        for b in texts[k + 1:]:
+            across = min(a["box"][2], b["box"][2]) - max(a["box"][0], b["box"][0])
+            down = min(a["box"][3], b["box"][3]) - max(a["box"][1], b["box"][1])
+            if across > slack and down > slack:
+                pairs.append((a["text"], b["text"]))
+    return pairs
+
+
+@pytest.mark.parametrize("width", [800, 1300])
+def test_the_report_reads_at_100_percent_in_a_narrow_and_a_wide_window(demo, width):
+    """Every figure's text at least 11 px on screen, no two texts of a figure on top of each other, and nothing
+    wider than the window (a table wider than the page scrolls in its own box)."""
+    chromium = require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    home, _, _ = demo
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(chromium), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            page.goto((home / "artifacts" / "reports" / "arena" / "index.html").as_uri(), wait_until="load")
+            seen = page.evaluate(MEASURE)
+        finally:
+            browser.close()
+    assert seen["page"] <= seen["window"], f"the page scrolls sideways: {seen['page']} px in a {width}-px window"
+    assert [figure["section"] for figure in seen["figures"]] == list(FIGURES)
+    for figure in seen["figures"]:
+        assert len(figure["texts"]) > 5, figure["section"]
+        small = [(t["text"], round(t["px"], 1)) for t in figure["texts"] if t["px"] < 11.0]
+        assert not small, (figure["section"], small[:5])
+        assert not _overlapping(figure["texts"]), (figure["section"], _overlapping(figure["texts"])[:5])
+
+
+def test_the_report_folds_rows_without_a_number_into_one_line_per_reason(demo):
+    """The spider's table: each row of its CSV without a number (an axis the dataset cannot have, a group too
+    small) is counted in the folded line of its reason; the other rows are shown one by one."""
+    from html.parser import HTMLParser
+
+    home, _, _ = demo
+    folder = home / "artifacts" / "reports" / "arena"
+    spider = pd.read_csv(folder / "tables" / "spider.csv")
+    empty = spider[["shown", "value"]].isna().all(axis=1) & spider["reason"].notna()
+
+    class Rows(HTMLParser):
+        table, row, rows, folded = None, None, 0, []
+
+        def handle_starttag(self, tag, attrs):
+            attrs = dict(attrs)
+            if tag == "table":
+                self.table = attrs.get("data-table")
+            if tag == "tr" and self.table == "spider":
+                self.row = attrs.get("class") or "row"
+
+        def handle_endtag(self, tag):
+            if tag == "tr" and self.row == "row":
+                self.rows += 1
+            self.row = None if tag == "tr" else self.row
+
+        def handle_data(self, data):
+            if self.row == "folded" and data.strip():
+                self.folded.append(data.strip())
+
+    parser = Rows()
+    parser.feed((folder / "index.html").read_text())
+    counted = {re.match(r"(\d+) rows? without a number: (.*)", line).groups()[::-1] for line in parser.folded}
+    assert counted == {(reason, str(count)) for reason, count in spider.loc[empty, "reason"].value_counts().items()}
+    assert empty.any() and parser.rows - 1 == (~empty).sum()  # the header row, then one row per row with a number
 
 
 def test_focus_report_finds_the_demo_report_current_and_rebuilds_when_a_table_changes(demo, monkeypatch, capsys):

@@ -148,10 +148,13 @@ def _method_means(frame: pd.DataFrame) -> Section:
                     f"{low['domain']} {arena.FAMILIES.get(low['family'])} on {low['task']}, ",
                     Num(low["mean"], low["metric_ids"]), "."]
     return Section("method_means", "Method means per family and task", reading,
-                   figures.render(figures.draw_method_means, table),
+                   figures.render(figures.draw_method_means, table, reference.published("method_mean")),
                    [_mean_table("method_means", "mean AUROC per family, method, domain and task", table,
                                 ["family", "method", "domain", "task"])],
-                   ["Pipeline-check models form their own domain († , hatched) and are never pooled with real models."])
+                   ["Pipeline-check models form their own domain († , hatched) and are never pooled with real models.",
+                    f"Dashed lines: the means the reference study published ({reference.STUDY} Table 3, all tasks "
+                    "pooled), in the colour of their model domain; the legend says when this grid has no such model. "
+                    "They stand beside ours in the reference-study section."])
 
 
 def _general_vs_ophthalmic(frame: pd.DataFrame, datasets: list[str]) -> Section:
@@ -204,11 +207,13 @@ def _mllm(frame: pd.DataFrame) -> Section:
     # The size as text (a model's size is not a measured number): size_b stays numeric in the CSV.
     shown_table = table.assign(size=table["size_b"].map(lambda v: f"{v:g}B" if pd.notna(v) else "not stated"))
     return Section("mllm", "Multimodal LLMs: AUROC vs ECE, size, medical vs general", reading,
-                   figures.render(figures.draw_mllm, table),
+                   figures.render(figures.draw_mllm, table, reference.published("model_mean")),
                    [ReportTable("mllm", "per multimodal LLM and method (means over its configurations)", shown_table,
                                 shown, ids)],
                    ["fairness gap: mean sex equalized-odds gap; quality gap: mean |accuracy(adequate) - "
-                    "accuracy(inadequate)| (BRSET, mBRSET); n/a where no configuration defines it."])
+                    "accuracy(inadequate)| (BRSET, mBRSET); n/a where no configuration defines it.",
+                    f"Hollow diamonds: MedGemma-27B and Gemma-3-27B as the reference study published them "
+                    f"({reference.STUDY} Figure 5); select them under `models:` to place ours beside them."])
 
 
 def _transfer(frame: pd.DataFrame) -> Section:
@@ -313,10 +318,12 @@ def _lora(effects: pd.DataFrame | None, models: dict) -> Section:
     ids = {c: "metric_id" for c in ("base", "adapted", "delta", "ci_low", "ci_high", "p_value", "q_value", "n")}
     formats = {"delta": "+.3f", "ci_low": "+.3f", "ci_high": "+.3f", "p_value": ".3g", "q_value": ".3g", "n": "d"}
     return Section("lora", "LoRA fine-tuning: deltas in-domain vs out-of-domain", reading,
-                   figures.render(figures.draw_lora, deltas, means),
+                   figures.render(figures.draw_lora, deltas, means, reference.published("lora_mean")),
                    [_mean_table("lora_means", "mean delta per domain and metric", means, ["series", "domain", "metric"]),
                     ReportTable("lora", "every adapted configuration (q: Benjamini-Hochberg per metric x domain)",
-                                deltas, columns, ids, formats)])
+                                deltas, columns, ids, formats)],
+                   [f"Hollow stars: the mean deltas the reference study published ({reference.STUDY} Table 5), "
+                    "drawn whether or not this grid has an adapter of a real model."])
 
 
 def _paper(frame: pd.DataFrame, deltas: pd.DataFrame) -> Section:

@@ -145,9 +145,13 @@ def draw_spider(fig, table: pd.DataFrame) -> None:
 # ------------------------------------------------------------------------------------ method means
 
 
-def draw_method_means(fig, table: pd.DataFrame) -> None:
-    families = [f for f in FAMILIES if f in set(table["family"])] or ["vm"]
-    for k, (family, ax) in enumerate(zip(families, _panels(fig, len(families), 2, 3.4))):
+def draw_method_means(fig, table: pd.DataFrame, published: pd.DataFrame | None = None) -> None:
+    """Bars per method and model domain; the study's published mean of a family, method and domain (all tasks)
+    as a dashed line in that domain's colour, named in the legend, which says when no such model is in this grid
+    (the panel of a family this grid lacks is drawn for its published lines alone)."""
+    published = published if published is not None else pd.DataFrame(columns=["family"])
+    families = [f for f in FAMILIES if f in set(table["family"]) | set(published["family"])] or ["vm"]
+    for k, (family, ax) in enumerate(zip(families, _panels(fig, len(families), 2, 3.6))):
         mine = table[table["family"] == family]
         groups = list(dict.fromkeys(zip(mine["method"], mine["domain"])))
         width = 0.8 / max(len(groups), 1)
@@ -159,6 +163,11 @@ def draw_method_means(fig, table: pd.DataFrame) -> None:
             ax.bar(x, rows["mean"], width * 0.92, yerr=error, capsize=2, color=family_colour(family, j, len(groups)),
                    hatch="///" if check else None, edgecolor="white" if not check else "#444444", lw=0.5,
                    label=f"{method}, {domain}" + (" †" if check else ""), error_kw={"lw": 0.8})
+        for mark in published[published["family"] == family].itertuples():
+            here = (mark.method, mark.domain) in groups
+            ax.axhline(mark.value, color=DOMAIN_COLOURS.get(mark.domain, DOMAIN_COLOURS_DEFAULT), lw=1.2,
+                       ls=(0, (4, 2)), label=f"published {mark.domain} {mark.method}: {mark.value:.3f}"
+                       + ("" if here else f"\n(no {mark.domain} model in this grid)"))
         ax.set_xticks(np.arange(len(TASKS)))
         ax.set_xticklabels(TASKS)
         ax.set_ylim(0, 1)
@@ -166,7 +175,7 @@ def draw_method_means(fig, table: pd.DataFrame) -> None:
         ax.set_title(FAMILIES.get(family, family))
         if k % 2 == 0:
             ax.set_ylabel("mean test AUROC\n(95% t interval)")
-        if groups:
+        if ax.get_legend_handles_labels()[0]:
             ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.12))
     _note(fig, bool((table["domain"] == "pipeline-check").any()) if len(table) else False)
 
@@ -235,13 +244,18 @@ def draw_task_cliff(fig, table: pd.DataFrame) -> None:
 # ---------------------------------------------------------------------------------------- MLLMs
 
 
-def draw_mllm(fig, table: pd.DataFrame) -> None:
+def draw_mllm(fig, table: pd.DataFrame, published: pd.DataFrame | None = None) -> None:
+    """Left: each multimodal LLM's mean AUROC against its mean ECE, and the models whose AUROC and ECE the study
+    published as hollow diamonds, named; right: fairness and image-quality gaps."""
     left, right = _panels(fig, 2, 1, 3.2)
+    names_drawn = _published_models(left, published)
     if table.empty:
-        _empty(left, "no multimodal LLM selected")
-        _empty(right, "")
+        left.set_title("no multimodal LLM in this grid: the study's published models only" if names_drawn
+                       else "no multimodal LLM selected")
+        _empty(right, "no multimodal LLM in this grid")
+        _names_inside(left, names_drawn)
+        _apart(fig, [label for _, label in names_drawn])
         return
-    names_drawn = []
     for row in table.itertuples():
         size = 25 + 6 * row.size_b if pd.notna(row.size_b) else 25
         marker = "X" if row.pipeline_check else ("s" if row.method == "yes_no_lora" else "o")
@@ -261,6 +275,7 @@ def draw_mllm(fig, table: pd.DataFrame) -> None:
     for domain in sorted(set(table["domain"])):
         left.scatter([], [], color=DOMAIN_COLOURS.get(domain, DOMAIN_COLOURS_DEFAULT), label=domain)
     left.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    left.margins(0.12)
     _names_inside(left, names_drawn)
     _apart(fig, [label for _, label in names_drawn])
     names = [f"{r.model}{' (LoRA)' if r.method == 'yes_no_lora' else ''}{' †' if r.pipeline_check else ''}"
@@ -280,6 +295,24 @@ def draw_mllm(fig, table: pd.DataFrame) -> None:
     right.set_title("fairness and image-quality gaps")
     right.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _note(fig, bool(table["pipeline_check"].any()))
+
+
+def _published_models(ax, published: pd.DataFrame | None) -> list:
+    """The study's models with a published AUROC and ECE, as hollow diamonds named "<model> (published)"; their
+    (x, label) for `_names_inside`."""
+    if published is None or published.empty:
+        return []
+    labels = []
+    for model, rows in published.groupby("model", sort=True):
+        values = rows.set_index("metric")["value"]
+        if not {"auroc", "ece"} <= set(values.index):
+            continue
+        name = rows["quantity"].iloc[0].split(",")[0]
+        ax.scatter(values["auroc"], values["ece"], s=40, marker="D", facecolors="none", edgecolors="#222222",
+                   lw=1.0, label="published (hollow)" if not labels else None)
+        labels.append((values["auroc"], ax.annotate(f"{name} (published)", (values["auroc"], values["ece"]),
+                                                    xytext=(5, 3), textcoords="offset points", color="#444444")))
+    return labels
 
 
 def _names_inside(ax, labels: list) -> None:
@@ -329,21 +362,25 @@ def draw_transfer(fig, table: pd.DataFrame) -> None:
     if not panels:
         _empty(fig.add_subplot(1, 1, 1), "no cross-dataset pair with a defined AUROC")
         return
-    columns = 2 if table["dataset"].nunique() <= 6 else 1  # each cell wide enough for its number
+    def names(model: str, task: str) -> list[str]:
+        mine = table[(table["model"] == model) & (table["task"] == task)]
+        return sorted(set(mine["train_dataset"]) | set(mine["dataset"]))
+
+    columns = 2 if max(len(names(*panel)) for panel in panels) <= 6 else 1  # cells wide enough for their numbers
     cmap = colormaps["viridis"].with_extremes(bad="#e6e6e6")
     for k, ((model, task), ax) in enumerate(zip(panels, _panels(fig, len(panels), columns, 3.4))):
         mine = table[(table["model"] == model) & (table["task"] == task)]
-        names = sorted(set(mine["train_dataset"]) | set(mine["dataset"]))
+        shown = names(model, task)
         grid = mine.pivot_table(index="train_dataset", columns="dataset", values="value", aggfunc="first")
-        grid = grid.reindex(index=names, columns=names)
+        grid = grid.reindex(index=shown, columns=shown)
         image = ax.imshow(np.ma.masked_invalid(grid.to_numpy(float)), cmap=cmap, vmin=0.0, vmax=1.0)
         for (i, j), value in np.ndenumerate(grid.to_numpy(float)):
             ax.text(j, i, "–" if np.isnan(value) else f"{value:.2f}", ha="center", va="center", fontsize=SMALL,
                     color="black" if np.isnan(value) or value > 0.6 else "white")
-        ax.set_xticks(range(len(names)))
-        ax.set_xticklabels(names, rotation=90)
-        ax.set_yticks(range(len(names)))
-        ax.set_yticklabels(names)
+        ax.set_xticks(range(len(shown)))
+        ax.set_xticklabels(shown, rotation=90)
+        ax.set_yticks(range(len(shown)))
+        ax.set_yticklabels(shown)
         check = bool(mine["pipeline_check"].any())
         ax.set_title(f"{model}{' †' if check else ''}\n{task}")
         if k % columns == 0:
@@ -432,10 +469,13 @@ def _whiskers(rows: pd.DataFrame):
 # ----------------------------------------------------------------------------------------- LoRA
 
 
-def draw_lora(fig, deltas: pd.DataFrame, means: pd.DataFrame) -> None:
+def draw_lora(fig, deltas: pd.DataFrame, means: pd.DataFrame, published: pd.DataFrame | None = None) -> None:
+    """Per metric, each adapted configuration's delta in-domain and out-of-domain, their means with a t interval,
+    and the study's published mean delta as a hollow star beside them (drawn with no adapter here too)."""
     from focus_dagster.report.arena import LORA_METRICS
 
-    if deltas["delta"].notna().sum() == 0:
+    published = published if published is not None else pd.DataFrame(columns=["metric", "domain", "value"])
+    if deltas["delta"].notna().sum() == 0 and published.empty:
         _empty(fig.add_subplot(1, 1, 1), "no adapted configuration with a delta yet")
         return
     rng = np.random.default_rng(0)  # the jitter only spreads overlapping points
@@ -451,18 +491,25 @@ def draw_lora(fig, deltas: pd.DataFrame, means: pd.DataFrame) -> None:
                 error = None if pd.isna(m["ci_low"]) else [[m["mean"] - m["ci_low"]], [m["ci_high"] - m["mean"]]]
                 ax.errorbar([j + 0.3 + 0.12 * s], [m["mean"]], yerr=error, fmt="D", ms=4, capsize=3,
                             color="#888888" if check else "black")
+            mark = published[(published["metric"] == metric) & (published["domain"] == domain)]
+            ax.scatter([j - 0.3] * len(mark), mark["value"], s=60, marker="*", facecolors="none",
+                       edgecolors="#c23b3b", lw=1.0)
+        if deltas["delta"].notna().sum() == 0:
+            ax.text(0.5, 0.04, "no adapter in this grid", transform=ax.transAxes, ha="center", color="#666666")
         ax.axhline(0, color="#999999", lw=0.7)
         ax.set_xticks([0, 1])
         ax.set_xticklabels(["in-\ndomain", "out-of-\ndomain"])
-        ax.set_xlim(-0.5, 1.6)
+        ax.set_xlim(-0.6, 1.6)
         ax.set_title(f"Δ {metric}")
     fig.axes[0].set_ylabel("adapted - base")
     from matplotlib.lines import Line2D
 
     fig.legend(handles=[Line2D([], [], ls="", marker="o", color="#666666", label="one configuration"),
                         Line2D([], [], ls="", marker="D", color="black", label="mean, 95% t interval"),
-                        Line2D([], [], ls="", marker="D", color="#888888", label="mean of pipeline checks †")],
-               loc="outside lower center", ncol=3, frameon=False)
+                        Line2D([], [], ls="", marker="D", color="#888888", label="mean of pipeline checks †"),
+                        Line2D([], [], ls="", marker="*", markerfacecolor="none", markeredgecolor="#c23b3b", ms=9,
+                               label="published mean (Table 5)")],
+               loc="outside lower center", ncol=2, frameon=False)
     _note(fig, bool(deltas["pipeline_check"].any()))
 
 
@@ -476,12 +523,14 @@ def draw_coverage(fig, table: pd.DataFrame) -> None:
     (ax,) = _panels(fig, 1, 1, 0.3 * len(datasets) + 1.9)
     axes = list(dict.fromkeys(table["axis"]))
     grid = table.pivot(index="dataset", columns="axis", values="covered").reindex(index=datasets, columns=axes)
-    ax.imshow((grid == "yes").to_numpy(int), cmap=ListedColormap(["#eeeeee", "#4c9a6a"]), vmin=0, vmax=1)
+    # Cells as wide as the figure allows: each axis name fits over its column unturned.
+    ax.imshow((grid == "yes").to_numpy(int), cmap=ListedColormap(["#eeeeee", "#4c9a6a"]), vmin=0, vmax=1,
+              aspect="auto")
     for (i, j), value in np.ndenumerate(grid.to_numpy()):
         ax.text(j, i, "✓" if value == "yes" else "–", ha="center", va="center", fontsize=SMALL,
                 color="white" if value == "yes" else "#777777")
     ax.set_xticks(range(len(axes)))
-    ax.set_xticklabels(axes, rotation=30, ha="right")
+    ax.set_xticklabels(axes)
     ax.set_yticks(range(len(datasets)))
     ax.set_yticklabels(datasets)
     ax.set_title("which dataset contributes to which axis\n(– : no defined number; the reasons are listed below)")

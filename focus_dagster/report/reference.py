@@ -99,6 +99,15 @@ def beside_ours(frame: pd.DataFrame, deltas: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def published(kind: str) -> pd.DataFrame:
+    """The published values of one kind, a row each: what a figure draws as its reference marks. Columns: the
+    reference id, the quantity, the value, its source (study, table or figure) and the keys of the comparison
+    (family, method, domain; model, metric; ...)."""
+    rows = [{"reference": r.id, "quantity": r.quantity, "value": r.value, "source": f"{STUDY} {r.source}",
+             **dict(r.keys)} for r in REFERENCES if r.kind == kind]
+    return pd.DataFrame(rows)
+
+
 def _ours(reference: Reference, frame: pd.DataFrame, deltas: pd.DataFrame) -> tuple[float, list[str], str]:
     """Our figure (NaN when this grid cannot form it), the metric ids it is formed from, and what is missing."""
     if reference.kind == "lora_mean":

@@ -105,3 +105,59 @@ def test_without_any_adapter_every_lora_row_says_so():
     lora = table[table.index.str.startswith("lora.")]
     assert len(lora) == 6 and lora["ours"].isna().all()
     assert lora["reason"].str.contains("no adapter of a real multimodal LLM").all()
+
+
+# ------------------------------------------------------------------------------ marks on the figures
+
+
+def _drawn(draw, *args):
+    """The figure `draw` makes, laid out as the report draws it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(layout="constrained")
+    FigureCanvasAgg(fig)
+    draw(fig, *args)
+    fig.draw_without_rendering()
+    return fig
+
+
+def test_the_method_means_figure_draws_the_published_means_even_without_such_a_model():
+    from focus_dagster.report import figures, reference
+
+    table = pd.DataFrame(columns=["family", "method", "domain", "task", "mean", "ci_low", "ci_high", "metric_ids"])
+    fig = _drawn(figures.draw_method_means, table, reference.published("method_mean"))
+    lines = {round(line.get_ydata()[0], 3): ax.get_title() for ax in fig.axes for line in ax.get_lines()
+             if line.get_linestyle() == "--"}
+    assert lines == {0.828: "vision encoders", 0.667: "vision encoders", 0.803: "multimodal LLMs",
+                     0.658: "multimodal LLMs"}
+    labels = [text.get_text() for ax in fig.axes for text in ax.get_legend().get_texts()]
+    assert "published ophthalmic linear_probe: 0.667\n(no ophthalmic model in this grid)" in labels
+
+
+def test_the_mllm_figure_places_medgemma_and_gemma_where_the_study_published_them():
+    from focus_dagster.report import figures, reference
+
+    fig = _drawn(figures.draw_mllm, pd.DataFrame(), reference.published("model_mean"))
+    points = {tuple(np.round(point, 3)) for collection in fig.axes[0].collections
+              for point in collection.get_offsets()}
+    assert points == {(PUBLISHED["medgemma_27b.auroc"], PUBLISHED["medgemma_27b.ece"]),
+                      (PUBLISHED["gemma3_27b.auroc"], PUBLISHED["gemma3_27b.ece"])}
+    names = {text.get_text() for text in fig.axes[0].texts}
+    assert {"MedGemma-27B (published)", "Gemma-3-27B (published)"} <= names
+
+
+def test_the_lora_figure_marks_the_published_mean_deltas_per_metric_and_domain():
+    from focus_dagster.report import arena, figures, reference
+
+    deltas = arena.lora_deltas(None, {})
+    fig = _drawn(figures.draw_lora, deltas, arena.lora_means(deltas), reference.published("lora_mean"))
+    marked = {}
+    for ax in fig.axes:
+        for collection in ax.collections:
+            for x, y in collection.get_offsets():
+                marked[(ax.get_title(), "in" if x < 0.5 else "out")] = round(float(y), 3)
+    assert marked == {("Δ accuracy@0.5", "in"): PUBLISHED["lora.in.accuracy"],
+                      ("Δ ece", "in"): PUBLISHED["lora.in.ece"], ("Δ auroc", "in"): PUBLISHED["lora.in.auroc"],
+                      ("Δ accuracy@0.5", "out"): PUBLISHED["lora.out.accuracy"],
+                      ("Δ ece", "out"): PUBLISHED["lora.out.ece"], ("Δ auroc", "out"): PUBLISHED["lora.out.auroc"]}

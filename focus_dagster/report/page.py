@@ -1,21 +1,27 @@
 """The report as one self-contained HTML file: figures inline as SVG (their text is the page's), tables whose every
 number carries the metric_id it comes from (`data-metric-id`, shown on hover), or, for a value the reference study
-published and the report quotes beside ours, the id of that reference (`data-reference-id`, report/reference.py); no
-script and nothing fetched from a network.
+published and the report quotes beside ours, the id of that reference (`data-reference-id`, report/reference.py);
+one inline script of its own (filters, the pipeline-check toggle, sorting) and nothing fetched from a network.
 
 Every text of the page goes through `html.escape`, the section and table names and the header lines too: model
-ids, dataset keys, values of users' files and reasons are shown as written in any browser, never read as markup.
+ids, dataset keys, values of users' files and reasons are shown as written in any browser, never read as markup;
+the script is a constant that reads the rows' data attributes, so no value of the data is ever code.
 """
 
 from __future__ import annotations
 
 import html
+import json
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
 
+MODEL_DOMAINS = ("general", "ophthalmic", "medical", "pipeline-check", "unregistered")
 MAX_HTML_ROWS = 200
+# The columns a reader filters every table by (a row carries them as data attributes, shown or not).
+FILTER_KEYS = ("family", "domain", "model", "dataset", "task", "method")
 OPEN_ROWS = 25  # longer tables start folded: the figure and its reading come first
 
 
@@ -65,7 +71,11 @@ th { background: #f6f6f6; position: sticky; top: 0; } td.num, span.num { font-va
 td.num { text-align: right; } .num[data-metric-id] { cursor: help; border-bottom: 1px dotted #999; }
 td.num[data-metric-id] { border-bottom: 1px solid #e5e5e5; } tr.folded td { color: #555; font-style: italic; }
 details { margin: .3rem 0 1rem; } summary { cursor: pointer; color: #333; }
-.wide { overflow-x: auto; max-width: 100%; } p, summary, figcaption { overflow-wrap: anywhere; }
+.wide { overflow-x: auto; max-width: 100%; }
+#controls { position: sticky; top: 0; background: #fff; padding: .4rem 0; border-bottom: 1px solid #ddd; z-index: 2; }
+#controls select, #controls label { margin: .15rem .6rem .15rem 0; font-size: .85rem; }
+th[data-sort] { cursor: pointer; } th[aria-sort="ascending"]::after { content: " ▲"; }
+th[aria-sort="descending"]::after { content: " ▼"; } .shown { color: #555; } p, summary, figcaption { overflow-wrap: anywhere; }
 code { background: #f3f3f3; padding: 0 .25rem; border-radius: 3px; } nav a { margin-right: .8rem; }
 """
 
@@ -84,10 +94,68 @@ def page(title: str, header: list[str], sections: list[Section], trace_example: 
         f"and files that produced it (e.g. <code>focus trace {html.escape(trace_example)}</code>). A mean lists the "
         "ids it averages (hover, and in its CSV's <code>metric_ids</code> column). Research use only.</p>",
         f"<nav>{nav}</nav>",
+        '<div id="controls" hidden><span class="note">Show:</span> <label><input type="checkbox" '
+        'id="pipeline-checks"> pipeline-check models †</label></div>',
     ]
     parts += [section_html(s) for s in sections]
-    parts.append("</body></html>")
+    parts.append(f"<script>{SCRIPT}</script></body></html>")
     return "\n".join(parts)
+
+
+# The page's one script, a constant (nothing of the data is ever written into it): a select per filter key over
+# the values the rows carry, the pipeline-check toggle (off when the page has real models), the count of rows
+# shown in each table's summary, and sorting by a click on any column header (numbers as numbers, "–" last).
+SCRIPT = """
+(() => {
+  const keys = %s;
+  const controls = document.getElementById("controls"), checks = document.getElementById("pipeline-checks");
+  const rows = [...document.querySelectorAll("table[data-table] tbody tr:not(.folded)")];
+  for (const key of keys) {
+    const values = [...new Set(rows.map(r => r.dataset[key]).filter(Boolean))].sort();
+    if (values.length < 2) continue;
+    const select = document.createElement("select");
+    select.dataset.key = key;
+    select.setAttribute("aria-label", key);
+    select.append(new Option("every " + key, ""), ...values.map(v => new Option(v, v)));
+    controls.append(select);
+  }
+  checks.checked = !rows.some(r => r.dataset.pipelineCheck === "no");
+  const apply = () => {
+    const chosen = [...controls.querySelectorAll("select")].filter(s => s.value).map(s => [s.dataset.key, s.value]);
+    for (const row of rows) {
+      row.hidden = chosen.some(([k, v]) => row.dataset[k] !== undefined && row.dataset[k] !== v)
+        || (!checks.checked && row.dataset.pipelineCheck === "yes");
+    }
+    for (const table of document.querySelectorAll("table[data-table]")) {
+      const mine = [...table.tBodies[0].rows].filter(r => !r.classList.contains("folded"));
+      const shown = table.closest("details").querySelector("summary .shown");
+      if (shown) shown.textContent = ` ${mine.filter(r => !r.hidden).length} of ${mine.length} rows shown`;
+    }
+  };
+  const value = (row, k) => {
+    const text = row.cells[k].textContent.trim();
+    const number = row.cells[k].classList.contains("num") ? parseFloat(text) : NaN;
+    return [Number.isNaN(number) ? null : number, text];
+  };
+  for (const th of document.querySelectorAll("table[data-table] th[data-sort]")) {
+    th.addEventListener("click", () => {
+      const body = th.closest("table").tBodies[0], k = th.cellIndex;
+      const up = th.getAttribute("aria-sort") !== "ascending";
+      th.closest("tr").querySelectorAll("th").forEach(h => h.removeAttribute("aria-sort"));
+      th.setAttribute("aria-sort", up ? "ascending" : "descending");
+      const sorted = [...body.rows].filter(r => !r.classList.contains("folded")).sort((a, b) => {
+        const [x, xs] = value(a, k), [y, ys] = value(b, k);
+        if (x === null || y === null) return x === y ? xs.localeCompare(ys) * (up ? 1 : -1) : (x === null ? 1 : -1);
+        return (x - y) * (up ? 1 : -1);
+      });
+      body.prepend(...sorted);
+    });
+  }
+  controls.addEventListener("change", apply);
+  controls.hidden = false;
+  apply();
+})();
+""" % json.dumps(list(FILTER_KEYS))
 
 
 def section_html(section: Section) -> str:
@@ -151,7 +219,7 @@ def table_html(table: ReportTable) -> str:
     frame = table.frame
     folded = placeholders(table)
     rows = frame[~folded].head(MAX_HTML_ROWS)
-    head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in table.shown)
+    head = "".join(f'<th data-sort scope="col">{html.escape(c.replace("_", " "))}</th>' for c in table.shown)
     body = []
     for record in rows.to_dict("records"):
         cells = []
@@ -164,7 +232,7 @@ def table_html(table: ReportTable) -> str:
                                           table.formats.get(column, ".3f")))
             else:
                 cells.append(f"<td>{html.escape(_text(value))}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
+        body.append(f"<tr{_row_attributes(record)}>" + "".join(cells) + "</tr>")
     if folded.any():
         body += _folded_rows(frame.loc[folded, "reason"], len(table.shown))
     name = html.escape(table.name)
@@ -172,8 +240,31 @@ def table_html(table: ReportTable) -> str:
     more = (f'<p class="note">first {MAX_HTML_ROWS} of {kept} rows with numbers; all of them in tables/{name}.csv</p>'
             if kept > MAX_HTML_ROWS else "")
     return (f"<details{' open' if len(rows) <= OPEN_ROWS else ''}><summary>{html.escape(table.title)} "
-            f'<span class="note">(tables/{name}.csv)</span></summary><div class="wide"><table data-table="{name}">'
+            f'<span class="note">(tables/{name}.csv)</span><span class="shown note"></span></summary><div class="wide"><table data-table="{name}">'
             f"<thead><tr>{head}</tr></thead><tbody>" + "".join(body) + f"</tbody></table></div>{more}</details>")
+
+
+def _row_attributes(record: dict) -> str:
+    """The row's values of the filter keys, and whether it is a pipeline-check model's, as data attributes."""
+    attributes = [f' data-{key}="{html.escape(record[key])}"' for key in FILTER_KEYS
+                  if isinstance(record.get(key), str) and record[key]
+                  and (key != "domain" or record[key] in MODEL_DOMAINS)]  # not LoRA's in/out-of-domain
+    check = _pipeline_check(record)
+    if check is not None:
+        attributes.append(f' data-pipeline-check="{"yes" if check else "no"}"')
+    return "".join(attributes)
+
+
+def _pipeline_check(record: dict) -> bool | None:
+    """Whether the row is a pipeline-check model's: its flag, its domain or its series; None when it cannot say."""
+    flag = record.get("pipeline_check")
+    if isinstance(flag, (bool, np.bool_)):
+        return bool(flag)
+    if isinstance(record.get("domain"), str) and record["domain"] in MODEL_DOMAINS:
+        return record["domain"] == "pipeline-check"
+    if isinstance(record.get("series"), str):
+        return "pipeline check" in record["series"]
+    return None
 
 
 def _folded_rows(reasons: pd.Series, columns: int) -> list[str]:

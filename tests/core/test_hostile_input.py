@@ -272,7 +272,11 @@ def test_the_arena_report_shows_hostile_model_ids_and_header_text_as_text():
     assert handlers == []
     tags = [tag for tag, _ in page.elements]
     # The figures are inline SVG, whose text (the model ids of legends and labels) is the page's own text.
-    assert tags.count("svg") >= 5 and "img" not in tags and "script" not in tags and "foreignobject" not in tags
+    assert tags.count("svg") >= 5 and "img" not in tags and "foreignobject" not in tags
+    # One script, inline, the page's own: the hostile id is in a row's data attribute, never in code.
+    scripts = [attrs for tag, attrs in page.elements if tag == "script"]
+    assert scripts == [{}] and not any(HOSTILE in part or "alert" in part for part in page.text_in("script"))
+    assert any(attrs.get("data-model") == HOSTILE for tag, attrs in page.elements if tag == "tr")
     text = "".join(page.text)
     assert any(HOSTILE in part for part in page.text_in("svg")), "the hostile id is drawn, as text"
     assert f"tables {HOSTILE}" in text and text.count(HOSTILE) >= 2  # the header and a table cell, as text

@@ -247,6 +247,55 @@ def test_the_report_reads_at_100_percent_in_a_narrow_and_a_wide_window(demo, wid
         assert not _overlapping(figure["texts"]), (figure["section"], _overlapping(figure["texts"])[:5])
 
 
+def test_the_report_filters_sorts_and_shows_pipeline_checks_on_request_in_chromium(demo):
+    """The page's controls on the method-means table, each count against its CSV: pipeline checks hidden at first
+    (the demo has a real encoder) and shown on request, a task picked, a family picked, and a column sorted both
+    ways by clicks on its header."""
+    chromium = require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    home, _, _ = demo
+    folder = home / "artifacts" / "reports" / "arena"
+    means = pd.read_csv(folder / "tables" / "method_means.csv")
+    rows = "table[data-table=method_means] tbody tr:not(.folded)"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(chromium), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            errors = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto((folder / "index.html").as_uri(), wait_until="load")
+
+            def shown() -> int:
+                return page.eval_on_selector_all(rows, "rows => rows.filter(r => !r.hidden).length")
+
+            def column(name: str) -> list[str]:
+                k = list(means.columns).index(name)  # the page shows the CSV's first columns, in order
+                return page.eval_on_selector_all(rows, f"rows => rows.filter(r => !r.hidden).map(r => "
+                                                       f"r.cells[{k}].textContent)")
+
+            assert not page.is_checked("#pipeline-checks")
+            assert shown() == (means["domain"] != "pipeline-check").sum()
+            page.check("#pipeline-checks")
+            assert shown() == len(means)
+            page.select_option("select[data-key=task]", "any_dr")
+            any_dr = means[means["task"] == "any_dr"]
+            assert shown() == len(any_dr)
+            summary = page.text_content("details:has(table[data-table=method_means]) summary")
+            assert f"{len(any_dr)} of {len(means)} rows shown" in summary
+            header = page.locator("table[data-table=method_means] th", has_text="mean").first
+            header.click()
+            assert column("mean") == [f"{v:.3f}" for v in sorted(any_dr["mean"])]
+            header.click()
+            assert column("mean") == [f"{v:.3f}" for v in sorted(any_dr["mean"], reverse=True)]
+            page.select_option("select[data-key=task]", "")
+            page.select_option("select[data-key=family]", "vm")
+            assert shown() == (means["family"] == "vm").sum() > 0
+        finally:
+            browser.close()
+    assert errors == []
+
+
 def test_the_report_folds_rows_without_a_number_into_one_line_per_reason(demo):
     """The spider's table: each row of its CSV without a number (an axis the dataset cannot have, a group too
     small) is counted in the folded line of its reason; the other rows are shown one by one."""

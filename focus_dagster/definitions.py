@@ -9,7 +9,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets import (automation, comparisons, datasets, evaluation, groups, labels, lora, mllm, models, report,
-                    robustness)
+                    robustness, trace)
 from assets.kubernetes import k8s_executor
 from assets.partitions import Registered
 from focus_dagster.config import FocusConfig, load_config
@@ -38,6 +38,7 @@ def build_definitions(config: FocusConfig | None = None) -> dg.Definitions:
         groups.definitions(registered.datasets),
         comparisons.definitions(registered),
         report.definitions(registered),
+        trace.definitions(),
         automation.definitions(config.refresh_seconds),
         dg.Definitions(resources=focus_resources(config), executor=_executor(config)),
     )

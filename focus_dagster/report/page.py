@@ -91,7 +91,8 @@ def page(title: str, header: list[str], sections: list[Section], trace_example: 
         *(f'<p class="meta">{html.escape(line)}</p>' for line in header),  # they name the tables' location
         '<p class="note">Every number carries the <code>metric_id</code> of the row it comes from: hover it to see '
         "the id, then <code>focus trace ID</code> walks from that number to the predictions, model weights, labels "
-        f"and files that produced it (e.g. <code>focus trace {html.escape(trace_example)}</code>). A mean lists the "
+        f"and files that produced it (e.g. <code>focus trace {html.escape(trace_example)}</code>; in the UI, launch "
+        "the job <code>focus_trace</code> with the id). A mean lists the "
         "ids it averages (hover, and in its CSV's <code>metric_ids</code> column). Research use only.</p>",
         f"<nav>{nav}</nav>",
         '<div id="controls" hidden><span class="note">Show:</span> <label><input type="checkbox" '

@@ -357,3 +357,37 @@ def test_focus_report_finds_the_demo_report_current_and_rebuilds_when_a_table_ch
     run_id = manifest["run_id"]
     assert re.search(rf"arena report: .*index.html  \(run {run_id[:8]}\)", out), out
     assert main(["report"]) == 0 and "up to date" in capsys.readouterr().out
+
+
+def test_a_metric_id_is_looked_up_from_the_ui_with_the_focus_trace_job(demo, monkeypatch):
+    """The job a researcher launches from the Launchpad with an id copied from the report: its run shows the same
+    chain `focus trace ID` prints, from the metric to the release; an unknown id fails the run, naming it."""
+    import dagster as dg
+
+    from assets.trace import TRACE_JOB
+    from focus_dagster.config import load_config
+    from focus_dagster.definitions import build_definitions
+
+    home, env, _ = demo
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    metric_id = _table(home, "SELECT metric_id FROM metrics.values WHERE metric = 'auroc' AND value IS NOT NULL "
+                             "AND method = 'linear_probe' ORDER BY metric_id LIMIT 1")["metric_id"].iloc[0]
+    job = build_definitions(load_config()).resolve_job_def(TRACE_JOB)
+
+    def launch(wanted: str):
+        return job.execute_in_process(run_config={"ops": {"trace_metric": {"config": {"metric_id": wanted}}}},
+                                      instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+
+    result = launch(metric_id)
+    assert result.success
+    [output] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_OUTPUT]
+    chain = output.event_specific_data.metadata["chain"].value
+    code, printed = run_focus(env, "trace", metric_id)
+    assert code == 0 and printed.strip() and printed.strip() in chain
+    assert all(link in chain for link in ("predictions[", "harmonised_labels[", "dataset_records[",
+                                          "dataset_release[")), chain
+    failed = launch("no-such-metric")
+    assert not failed.success
+    [failure] = [e for e in failed.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert "no-such-metric" in failure.event_specific_data.error.message

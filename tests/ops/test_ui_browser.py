@@ -405,8 +405,14 @@ def _missing(names, texts) -> list[str]:
     return [name for name in names if not any(shows(line, name) for line in lines)]
 
 
-def test_the_arena_report_figures_show_on_its_asset_page(page):
-    """The demo built the report; its figures are viewable in the UI: each is a Markdown image in the metadata."""
+def test_the_arena_report_figures_show_on_its_asset_page(page, home):
+    """The demo built the report; its figures are viewable in the UI: each is a Markdown image in the metadata, the
+    figure file itself (reports/arena/figures/), at most 900 px wide."""
+    from PIL import Image
+
+    tmp, _ = home
+    with Image.open(tmp / "home" / "artifacts" / "reports" / "arena" / "figures" / "spider.png") as drawn:
+        expected = min(drawn.width, 900)
     page.open("/assets/arena_report")
     row = _shown(page, page.locator("tr", has_text="figure: spider"), "the spider figure's metadata row")
     row.get_by_text("[Show Markdown]").click()
@@ -414,7 +420,7 @@ def test_the_arena_report_figures_show_on_its_asset_page(page):
     image = _shown(page, dialog.locator("img"), "the spider figure in its dialog")
     page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=image.element_handle())
     source, width = image.evaluate("img => [img.src.slice(0, 22), img.naturalWidth]")
-    assert source == "data:image/png;base64," and width >= 600, (source, width)
+    assert source == "data:image/png;base64," and width == expected > 300, (source, width, expected)
     assert "Top configurations per family" in dialog.inner_text()
 
 

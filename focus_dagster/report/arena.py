@@ -26,6 +26,7 @@ FAMILIES = {"vm": "vision encoders", "vlm": "dual-encoder VLMs", "mllm": "multim
 METHOD_FAMILY = {"linear_probe": "vm", "zero_shot": "vlm", "yes_no": "mllm", "yes_no_lora": "mllm"}
 TASKS = ("any_dr", "referable_dr", "gon")
 PIPELINE_CHECK = "pipeline-check"
+UNREGISTERED = "unregistered"  # the domain of a model the catalog does not know
 CROSS_PARTITION = "cross"
 TOP_PER_FAMILY = 6
 
@@ -107,7 +108,7 @@ def with_families(metrics: pd.DataFrame, models: dict[str, ModelInfo]) -> pd.Dat
     info = {m: models.get(m) for m in frame["model"].unique()}
     frame["family"] = [(info[m].interface if info[m] else METHOD_FAMILY.get(meth, "?"))
                        for m, meth in zip(frame["model"], frame["method"])]
-    frame["domain"] = [info[m].domain if info[m] else "unregistered" for m in frame["model"]]
+    frame["domain"] = [info[m].domain if info[m] else UNREGISTERED for m in frame["model"]]
     frame["pipeline_check"] = frame["domain"].eq(PIPELINE_CHECK)
     frame["size_b"] = [info[m].size_b if info[m] else None for m in frame["model"]]
     frame["_train"] = frame["train_dataset"].astype(object).where(frame["train_dataset"].notna(), "")

@@ -261,7 +261,7 @@ def draw_mllm(fig, table: pd.DataFrame, published: pd.DataFrame | None = None) -
         marker = "X" if row.pipeline_check else ("s" if row.method == "yes_no_lora" else "o")
         left.scatter(row.auroc, row.ece, s=size, marker=marker, alpha=0.85,
                      color=DOMAIN_COLOURS.get(row.domain, DOMAIN_COLOURS_DEFAULT))
-        name = f"{row.model}{' (LoRA)' if row.method == 'yes_no_lora' else ''}{' †' if row.pipeline_check else ''}"
+        name = _mllm_name(row)
         size_text = f", {row.size_b:g}B" if pd.notna(row.size_b) else ""
         if pd.notna(row.auroc) and pd.notna(row.ece):
             names_drawn.append((row.auroc, left.annotate(name + size_text, (row.auroc, row.ece), xytext=(5, 3),
@@ -278,8 +278,7 @@ def draw_mllm(fig, table: pd.DataFrame, published: pd.DataFrame | None = None) -
     left.margins(0.12)
     _names_inside(left, names_drawn)
     _apart(fig, [label for _, label in names_drawn])
-    names = [f"{r.model}{' (LoRA)' if r.method == 'yes_no_lora' else ''}{' †' if r.pipeline_check else ''}"
-             for r in table.itertuples()]
+    names = [_mllm_name(r) for r in table.itertuples()]
     y = np.arange(len(table))
     right.barh(y - 0.2, table["fairness_gap"].fillna(0), 0.4, color=family_colour("mllm", 0, 2),
                label="sex equalized-odds gap")
@@ -295,6 +294,11 @@ def draw_mllm(fig, table: pd.DataFrame, published: pd.DataFrame | None = None) -
     right.set_title("fairness and image-quality gaps")
     right.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _note(fig, bool(table["pipeline_check"].any()))
+
+
+def _mllm_name(row) -> str:
+    """A multimodal LLM as its points and bars name it: the model, (LoRA) when adapted, † for a pipeline check."""
+    return f"{row.model}{' (LoRA)' if row.method == 'yes_no_lora' else ''}{' †' if row.pipeline_check else ''}"
 
 
 def _published_models(ax, published: pd.DataFrame | None) -> list:
@@ -362,15 +366,12 @@ def draw_transfer(fig, table: pd.DataFrame) -> None:
     if not panels:
         _empty(fig.add_subplot(1, 1, 1), "no cross-dataset pair with a defined AUROC")
         return
-    def names(model: str, task: str) -> list[str]:
-        mine = table[(table["model"] == model) & (table["task"] == task)]
-        return sorted(set(mine["train_dataset"]) | set(mine["dataset"]))
-
-    columns = 2 if max(len(names(*panel)) for panel in panels) <= 6 else 1  # cells wide enough for their numbers
+    frames = {(model, task): table[(table["model"] == model) & (table["task"] == task)] for model, task in panels}
+    names = {panel: sorted(set(mine["train_dataset"]) | set(mine["dataset"])) for panel, mine in frames.items()}
+    columns = 2 if max(map(len, names.values())) <= 6 else 1  # cells wide enough for their numbers
     cmap = colormaps["viridis"].with_extremes(bad="#e6e6e6")
     for k, ((model, task), ax) in enumerate(zip(panels, _panels(fig, len(panels), columns, 3.4))):
-        mine = table[(table["model"] == model) & (table["task"] == task)]
-        shown = names(model, task)
+        mine, shown = frames[model, task], names[model, task]
         grid = mine.pivot_table(index="train_dataset", columns="dataset", values="value", aggfunc="first")
         grid = grid.reindex(index=shown, columns=shown)
         image = ax.imshow(np.ma.masked_invalid(grid.to_numpy(float)), cmap=cmap, vmin=0.0, vmax=1.0)

@@ -18,7 +18,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-MODEL_DOMAINS = ("general", "ophthalmic", "medical", "pipeline-check", "unregistered")
+from focus_dagster.models.spec import DOMAINS
+from focus_dagster.report.arena import PIPELINE_CHECK, UNREGISTERED
+
+MODEL_DOMAINS = (*DOMAINS, UNREGISTERED)  # a model's domain, as the arena names it (not LoRA's in/out-of-domain)
 MAX_HTML_ROWS = 200
 # The columns a reader filters every table by (a row carries them as data attributes, shown or not).
 FILTER_KEYS = ("family", "domain", "model", "dataset", "task", "method")
@@ -75,7 +78,8 @@ details { margin: .3rem 0 1rem; } summary { cursor: pointer; color: #333; }
 #controls { position: sticky; top: 0; background: #fff; padding: .4rem 0; border-bottom: 1px solid #ddd; z-index: 2; }
 #controls select, #controls label { margin: .15rem .6rem .15rem 0; font-size: .85rem; }
 th[data-sort] { cursor: pointer; } th[aria-sort="ascending"]::after { content: " ▲"; }
-th[aria-sort="descending"]::after { content: " ▼"; } .shown { color: #555; } p, summary, figcaption { overflow-wrap: anywhere; }
+th[aria-sort="descending"]::after { content: " ▼"; } .shown { color: #555; }
+p, summary, figcaption { overflow-wrap: anywhere; }
 code { background: #f3f3f3; padding: 0 .25rem; border-radius: 3px; } nav a { margin-right: .8rem; }
 """
 
@@ -241,8 +245,9 @@ def table_html(table: ReportTable) -> str:
     more = (f'<p class="note">first {MAX_HTML_ROWS} of {kept} rows with numbers; all of them in tables/{name}.csv</p>'
             if kept > MAX_HTML_ROWS else "")
     return (f"<details{' open' if len(rows) <= OPEN_ROWS else ''}><summary>{html.escape(table.title)} "
-            f'<span class="note">(tables/{name}.csv)</span><span class="shown note"></span></summary><div class="wide"><table data-table="{name}">'
-            f"<thead><tr>{head}</tr></thead><tbody>" + "".join(body) + f"</tbody></table></div>{more}</details>")
+            f'<span class="note">(tables/{name}.csv)</span><span class="shown note"></span></summary>'
+            f'<div class="wide"><table data-table="{name}"><thead><tr>{head}</tr></thead><tbody>'
+            + "".join(body) + f"</tbody></table></div>{more}</details>")
 
 
 def _row_attributes(record: dict) -> str:
@@ -262,7 +267,7 @@ def _pipeline_check(record: dict) -> bool | None:
     if isinstance(flag, (bool, np.bool_)):
         return bool(flag)
     if isinstance(record.get("domain"), str) and record["domain"] in MODEL_DOMAINS:
-        return record["domain"] == "pipeline-check"
+        return record["domain"] == PIPELINE_CHECK
     if isinstance(record.get("series"), str):
         return "pipeline check" in record["series"]
     return None
@@ -270,8 +275,9 @@ def _pipeline_check(record: dict) -> bool | None:
 
 def _folded_rows(reasons: pd.Series, columns: int) -> list[str]:
     """One line per reason, with the number of rows it stands for, in the order the reasons first appear."""
+    counts = reasons.astype(str).value_counts(sort=False)
     return [f'<tr class="folded"><td colspan="{columns}">{count} row{"s" if count > 1 else ""} without a number: '
-            f"{html.escape(reason)}</td></tr>" for reason, count in reasons.astype(str).value_counts(sort=False).items()]
+            f"{html.escape(reason)}</td></tr>" for reason, count in counts.items()]
 
 
 def _number_cell(value, ids: str, spec: str) -> str:

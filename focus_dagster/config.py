@@ -7,7 +7,7 @@ FOCUS_CONFIG) maps dataset keys to the local roots of real copies:
     datasets:
       brset: /data/physionet/brset      # the folder holding labels.csv and fundus_photos/
       idrid: synthetic                  # the embedded look-alike for this one
-    synthetic: {per_dataset: 80, seed: 0, scale: 0.125}
+    synthetic: {per_dataset: {default: 80, brset: 160}, seed: 0, scale: 0.125}   # or per_dataset: 80 for all
     release: {observe_cron: "0 3 * * *", content_hash: false, refresh_seconds: 60}
     splits: {dir: /data/focus-splits, seed: 0}   # published labels_splits_<dataset>.csv files (optional)
     models: [efficientnet_lite0, {id: medgemma_4b, path: /weights/medgemma-4b-it}]
@@ -41,6 +41,7 @@ from focus_dagster.config_schema import (  # the constants are part of this modu
     DEFAULT_GPU_NODE_SELECTOR,
     DEFAULT_GPU_RESOURCES,
     DEFAULT_GPU_TOLERATIONS,
+    DEFAULT_IMAGES,
     DEFAULT_OBSERVE_CRON,
     DEFAULT_REFRESH_SECONDS,
     EXECUTORS,
@@ -63,7 +64,8 @@ DEFAULT_HOME = ".focus"
 
 @dataclass(frozen=True)
 class SyntheticSettings:
-    per_dataset: int = 80
+    # images per look-alike: one number for all, or dataset key (and "default") -> images (synthetic.images_for)
+    per_dataset: int | Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_IMAGES))
     seed: int = 0
     scale: float = 0.125
 
@@ -432,10 +434,10 @@ def ensure_dataset_root(config: FocusConfig, key: str) -> Path:
     root = config.root_of(key)
     if not config.is_synthetic(key):
         return root
-    from focus_dagster.synthetic import is_synthetic_root, read_manifest, synthesize
+    from focus_dagster.synthetic import images_for, is_synthetic_root, read_manifest, synthesize
 
     settings = config.synthetic
-    wanted = {"seed": settings.seed, "per_dataset": settings.per_dataset, "scale": settings.scale}
+    wanted = {"seed": settings.seed, "per_dataset": images_for(settings.per_dataset, key), "scale": settings.scale}
     with _lock(config.synthetic_dir / f".{key}.lock"):
         if is_synthetic_root(root) and all(read_manifest(root).get(k) == v for k, v in wanted.items()):
             return root

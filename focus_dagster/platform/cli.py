@@ -58,15 +58,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-lora", dest="lora", action="store_false",
                       help="skip the LoRA stage (training an adapter, scoring it, comparing it with its base)")
     demo.add_argument("--per-dataset", type=_positive, metavar="N",
-                      help="images per synthetic look-alike (default: synthetic.per_dataset of focus.yaml, 80); a "
-                           "look-alike of another size is written anew. Only synthetic datasets: a dataset with a "
-                           "root of its own is read whole")
+                      help="images of every synthetic look-alike (default: synthetic.per_dataset of focus.yaml: 80, "
+                           "BRSET and mBRSET 160); a look-alike of another size is written anew. Only synthetic "
+                           "datasets: a dataset with a root of its own is read whole")
     demo.set_defaults(run=cmd_demo)
 
     synth = sub.add_parser("synth", help="write synthetic look-alikes of the datasets in their published layouts")
     synth.add_argument("--out", required=True, type=Path, help="folder to write <key>/ dataset roots into")
     synth.add_argument("--datasets", nargs="+", metavar="KEY", help="dataset keys (default: all ten)")
-    synth.add_argument("--per-dataset", type=int, default=None, help="images per dataset (default 80)")
+    synth.add_argument("--per-dataset", type=_positive, default=None,
+                       help="images of every dataset (default 80, BRSET and mBRSET 160)")
     synth.add_argument("--seed", type=int, default=0)
     size = synth.add_mutually_exclusive_group()
     size.add_argument("--scale", type=float, default=None, help="fraction of the published resolution (default 0.125)")

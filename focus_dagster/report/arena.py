@@ -140,11 +140,31 @@ def series_of(family: str, pipeline_check: bool) -> str:
 
 
 def top_configurations(frame: pd.DataFrame, top: int = TOP_PER_FAMILY) -> pd.DataFrame:
-    """Per family, the `top` in-domain configurations by test AUROC (defined values only, ties by name)."""
-    auroc = metric_rows(frame[frame["in_domain"]], "performance", "auroc")
-    auroc = auroc[auroc["value"].notna()].sort_values(["value", "model", "dataset", "task", "method"],
-                                                     ascending=[False, True, True, True, True])
+    """Per family, the `top` in-domain configurations with a defined test AUROC that fill the most spider axes,
+    by AUROC among those that fill as many (ties by name): a polygon closed on every axis is read before a higher
+    AUROC whose dataset publishes no sex or quality grade. `axes` says how many of the spider's axes each
+    fills."""
+    auroc = by_auroc(frame)
+    auroc = auroc.assign(axes=_axes_filled(frame, auroc)).sort_values("axes", ascending=False, kind="stable")
     return auroc.groupby("family", sort=True).head(top)
+
+
+def by_auroc(frame: pd.DataFrame) -> pd.DataFrame:
+    """The in-domain configurations' defined test AUROC rows, highest first (ties by name)."""
+    auroc = metric_rows(frame[frame["in_domain"]], "performance", "auroc")
+    return auroc[auroc["value"].notna()].sort_values(["value", "model", "dataset", "task", "method"],
+                                                    ascending=[False, True, True, True, True])
+
+
+def _axes_filled(frame: pd.DataFrame, configurations: pd.DataFrame) -> np.ndarray:
+    """For each row of `configurations`, the number of spider axes on which its configuration has a number."""
+    keys = configurations[KEY].reset_index(drop=True)
+    filled = np.zeros(len(keys), dtype=int)
+    for axis in SPIDER_AXES:
+        rows = metric_rows(frame, axis.axis, axis.metric, axis.group)
+        defined = rows.loc[rows["value"].notna(), KEY].drop_duplicates().assign(_defined=1)
+        filled += keys.merge(defined, on=KEY, how="left")["_defined"].fillna(0).to_numpy(dtype=int)
+    return filled
 
 
 def spider_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -164,15 +184,16 @@ def spider_table(frame: pd.DataFrame) -> pd.DataFrame:
             defined = source is not None and pd.notna(source["value"])
             rows.append({
                 "family": config["family"], "rank": rank, "configuration": configuration_label(config),
-                **{c: config[c] for c in CONFIG_COLUMNS}, "pipeline_check": bool(config["pipeline_check"]),
+                **{c: config[c] for c in (*CONFIG_COLUMNS, "domain")},
+                "pipeline_check": bool(config["pipeline_check"]),
                 "axis": axis.label, "shown": axis.shown(float(source["value"])) if defined else np.nan,
                 "value": float(source["value"]) if defined else np.nan,
                 "metric_id": source["metric_id"] if source is not None else "",
                 "reason": "" if defined else (source["reason"] if source is not None
                                                else f"no {axis.axis} rows for this configuration"),
             })
-    table = pd.DataFrame(rows, columns=["family", "rank", "configuration", *CONFIG_COLUMNS, "pipeline_check", "axis",
-                                        "shown", "value", "metric_id", "reason"])
+    table = pd.DataFrame(rows, columns=["family", "rank", "configuration", *CONFIG_COLUMNS, "domain", "pipeline_check",
+                                        "axis", "shown", "value", "metric_id", "reason"])
     return table
 
 
@@ -291,8 +312,7 @@ def reliability_targets(frame: pd.DataFrame) -> pd.DataFrame:
     """The configuration with the best test AUROC of each family (one per family and pipeline-check status),
     with a defined ECE: its reliability diagram is drawn from its test predictions."""
     ece = _defined(metric_rows(frame[frame["in_domain"]], "calibration", "ece"))[KEY + ["metric_id", "value"]]
-    auroc = top_configurations(frame, top=len(frame))
-    joined = auroc.merge(ece.rename(columns={"metric_id": "ece_metric_id", "value": "ece"}), on=KEY)
+    joined = by_auroc(frame).merge(ece.rename(columns={"metric_id": "ece_metric_id", "value": "ece"}), on=KEY)
     return joined.groupby(["family", "pipeline_check"], sort=True).head(1).reset_index(drop=True)
 
 
@@ -313,12 +333,14 @@ def reliability_table(targets: pd.DataFrame, samples: pd.DataFrame, n_bins: int 
             if k == n_bins and not bins["count"][k]:
                 continue  # the point bin [1, 1] is shown only when a score sits there
             rows.append({"configuration": configuration_label(target), "family": target["family"],
+                         **{c: target[c] for c in (*CONFIG_COLUMNS, "domain")},  # what the page filters by
                          "pipeline_check": bool(target["pipeline_check"]), "bin_lower": bins["lower"][k],
                          "bin_upper": bins["upper"][k], "count": bins["count"][k],
                          "mean_score": bins["mean_score"][k], "positive_rate": bins["mean_label"][k],
                          "ece": target["ece"], "metric_id": target["ece_metric_id"]})
-    return pd.DataFrame(rows, columns=["configuration", "family", "pipeline_check", "bin_lower", "bin_upper", "count",
-                                       "mean_score", "positive_rate", "ece", "metric_id"])
+    return pd.DataFrame(rows, columns=["configuration", "family", *CONFIG_COLUMNS, "domain", "pipeline_check",
+                                       "bin_lower", "bin_upper", "count", "mean_score", "positive_rate", "ece",
+                                       "metric_id"])
 
 
 # -------------------------------------------------------------------------------------------- LoRA

@@ -115,8 +115,8 @@ def write_report(report: Report, folder: Path, manifest: dict | None = None) -> 
 
 def _spider(frame: pd.DataFrame) -> Section:
     table = arena.spider_table(frame)
-    reading = [f"The top six configurations of each family by test AUROC, on {len(arena.SPIDER_AXES)} axes where "
-               "higher is better."]
+    reading = [f"Six configurations of each family on {len(arena.SPIDER_AXES)} axes where higher is better: those "
+               "with a number on the most axes, by test AUROC among equals."]
     best = table[table["axis"] == "AUROC"].sort_values("shown", ascending=False).groupby("family", sort=False).head(1)
     for row in best.itertuples():
         reading += [f" Best {arena.FAMILIES.get(row.family, row.family)}: {row.configuration}, AUROC ",

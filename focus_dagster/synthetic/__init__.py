@@ -16,8 +16,9 @@ import importlib
 import json
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
+from focus_dagster.config_schema import DEFAULT_IMAGES, LOOKALIKE_DEFAULT
 from focus_dagster.datasets.registry import DATASET_KEYS
 from focus_dagster.errors import ConfigError, UnknownDatasetError
 from focus_dagster.files import atomic_path
@@ -28,7 +29,7 @@ from focus_dagster.synthetic.common import (
     render_jobs,
 )
 
-DEFAULT_PER_DATASET = 80
+DEFAULT_PER_DATASET = DEFAULT_IMAGES  # focus.yaml's default `synthetic.per_dataset` (config_schema says why)
 MANIFEST_NAME = ".focus-synthetic.json"
 
 PLANTED_EFFECTS = {
@@ -47,18 +48,17 @@ PLANTED_EFFECTS = {
 def synthesize(
     out: str | Path,
     datasets: Iterable[str] | None = None,
-    per_dataset: int = DEFAULT_PER_DATASET,
+    per_dataset: int | Mapping[str, int] = DEFAULT_PER_DATASET,
     seed: int = 0,
     scale: float = DEFAULT_SCALE,
     workers: int | None = None,
 ) -> dict[str, SynthManifest]:
-    """Write look-alikes of `datasets` (default: all ten) under `out/<key>/`, replacing existing copies.
+    """Write look-alikes of `datasets` (default: all ten) under `out/<key>/`, replacing existing copies;
+    `per_dataset`: images of each, one number for all or per dataset key (`images_for`).
 
     Each dataset is written to a temporary folder and moved into place when complete, so a reader never
     sees half a dataset. Returns the manifest of each dataset: the counts a reader must reproduce.
     """
-    if per_dataset < 1:
-        raise ConfigError(f"per_dataset must be at least 1, got {per_dataset}")
     keys = list(datasets) if datasets is not None else list(DATASET_KEYS)
     unknown = [k for k in keys if k not in DATASET_KEYS]
     if unknown:
@@ -67,21 +67,34 @@ def synthesize(
                                   "own root")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    sizes = {key: images_for(per_dataset, key) for key in keys}
     plans = {}
     with ExitStack() as staging:  # each dataset is written into a partial folder, renamed into place at the end
         for key in keys:
             partial = staging.enter_context(atomic_path(out / key))
             partial.mkdir(parents=True)
             writer = importlib.import_module(f"focus_dagster.synthetic.{key}")
-            plans[key] = (partial, writer.plan(partial, per_dataset, dataset_rng(seed, key), scale))
+            plans[key] = (partial, writer.plan(partial, sizes[key], dataset_rng(seed, key), scale))
         # One pool for the images of all datasets, so that small datasets do not leave cores idle.
         render_jobs([(partial, job) for partial, p in plans.values() for job in p.jobs], workers)
         for key, (partial, plan) in plans.items():
-            record = _manifest_record(plan.manifest, seed, per_dataset, scale)
+            record = _manifest_record(plan.manifest, seed, sizes[key], scale)
             (partial / MANIFEST_NAME).write_text(json.dumps(record, indent=1))
             plan.manifest.root = out / key
     manifests = {key: plan.manifest for key, (_, plan) in plans.items()}
     return manifests
+
+
+def images_for(per_dataset: int | Mapping[str, int], key: str) -> int:
+    """The images of `key`'s look-alike: `per_dataset` itself, or its entry for `key` (else its `default`, else
+    80)."""
+    if isinstance(per_dataset, Mapping):
+        number = per_dataset.get(key, per_dataset.get(LOOKALIKE_DEFAULT, DEFAULT_IMAGES[LOOKALIKE_DEFAULT]))
+    else:
+        number = per_dataset
+    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+        raise ConfigError(f"per_dataset for {key} must be a whole number, at least 1, got {number!r}")
+    return number
 
 
 def _manifest_record(manifest: SynthManifest, seed: int, per_dataset: int, scale: float) -> dict:

@@ -45,7 +45,7 @@ def test_focus_yaml_maps_roots_relative_to_the_file_in_registry_order(tmp_path):
         ({"dataset": {}}, r"dataset: unknown key; allowed: datasets, "),
         ({"datasets": {"brset": 3}}, r"datasets.brset must be a folder path"),
         ({"datasets": {}}, "`datasets` is empty"),
-        ({"synthetic": {"per_dataset": 0}}, r"synthetic.per_dataset: must be >= 1 \(got 0\)"),
+        ({"synthetic": {"per_dataset": 0}}, r"synthetic.per_dataset: must be a whole number of images, at least 1, got 0"),
         ({"image_check": "thorough"}, "image_check: must be one of"),
         ([1, 2], "the top level must be a mapping"),
     ],
@@ -85,6 +85,27 @@ def test_a_configuration_survives_its_own_document(tmp_path):
     assert again == dataclasses.replace(config, source=None)
     assert again.roots["papila"] == tmp_path / "data" / "papila" and again.splits_dir == tmp_path / "splits"
     assert again.synthetic.per_dataset == 33 and again.image_check == "full" and again.content_hash
+
+
+def test_look_alikes_take_their_size_per_dataset(tmp_path):
+    """`synthetic.per_dataset` as a mapping: each named look-alike has its own number of images, the others the
+    `default`; the document gives the mapping back; one number is still every look-alike's size."""
+    import csv
+    import json
+
+    from focus_dagster.config import ensure_dataset_root
+
+    document = {"datasets": {"brset": "synthetic", "idrid": "synthetic"},
+                "synthetic": {"per_dataset": {"default": 9, "brset": 14}, "scale": 0.03}}
+    config = parse_config(document, tmp_path / "home")
+    assert parse_config(json.loads(json.dumps(config.to_document())), tmp_path / "home") == config
+    with open(ensure_dataset_root(config, "brset") / "labels.csv", encoding="utf-8-sig") as handle:
+        assert len(list(csv.DictReader(handle))) == 14
+    idrid = ensure_dataset_root(config, "idrid") / "B. Disease Grading"
+    assert len(list(idrid.rglob("*.jpg"))) == 9
+    uniform = parse_config({**document, "synthetic": {"per_dataset": 9, "scale": 0.03}}, tmp_path / "home")
+    with open(ensure_dataset_root(uniform, "brset") / "labels.csv", encoding="utf-8-sig") as handle:
+        assert len(list(csv.DictReader(handle))) == 9  # the look-alike of the other size is written anew
 
 
 def test_the_resources_read_the_settings_of_the_configuration(tmp_path):

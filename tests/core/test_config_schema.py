@@ -97,7 +97,15 @@ UNKNOWN_KEYS = [
 ]
 # Wrong values: the whole message, key path and value included.
 WRONG_VALUES = [
-    ({"synthetic": {"per_dataset": "many"}}, "synthetic.per_dataset: must be a whole number (got 'many')"),
+    ({"synthetic": {"per_dataset": "many"}}, "synthetic.per_dataset: must be a whole number of images for every "
+     "look-alike, or a mapping such as {default: 80, brset: 160}, got 'many'"),
+    ({"synthetic": {"per_dataset": {"default": 80, "brst": 160}}},
+     "synthetic.per_dataset: 'brst': no such look-alike; keys: default, brset, mbrset, papila, rfmid, rfmid_2, "
+     "idrid, messidor_2, refuge, g1020, jsiec1000"),
+    ({"synthetic": {"per_dataset": {"brset": 0}}},
+     "synthetic.per_dataset: brset: must be a whole number of images, at least 1, got 0"),
+    ({"synthetic": {"per_dataset": {"brset": True}}},
+     "synthetic.per_dataset: brset: must be a whole number of images, at least 1, got True"),
     ({"synthetic": {"scale": 2}}, "synthetic.scale: must be <= 1 (got 2)"),
     ({"synthetic": {"seed": True}}, "synthetic.seed: must be a whole number (got True)"),
     ({"release": {"content_hash": "yes"}}, "release.content_hash: must be true or false (got 'yes')"),

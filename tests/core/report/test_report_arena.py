@@ -99,6 +99,20 @@ def test_top_configurations_keep_six_per_family_by_auroc():
     assert list(top["dataset"]) == ["d8", "d7", "d6", "d5", "d4", "d3"]
 
 
+def test_top_configurations_put_those_that_fill_more_axes_first():
+    """The lowest AUROC fills three axes, one other two: they lead; the rest follow by AUROC."""
+    rows = [_row("enc_g", f"d{k}", "any_dr", "performance", "auroc", 0.5 + k / 100) for k in range(9)]
+    rows += [_row("enc_g", "d0", "any_dr", "fairness", "equalized_odds_gap", 0.1, "sex:max-min"),
+             _row("enc_g", "d0", "any_dr", "calibration", "ece", 0.2),
+             _row("enc_g", "d2", "any_dr", "calibration", "ece", 0.3),
+             _row("enc_g", "d5", "any_dr", "fairness", "equalized_odds_gap", None, "sex:max-min",
+                  reason="1 usable group(s) for sex: a gap needs two"),  # a row without a number fills nothing
+             _row("enc_g", "d8", "any_dr", "fairness", "equalized_odds_gap", 0.1, "age:max-min")]  # not the axis
+    top = arena.top_configurations(arena.with_families(pd.DataFrame(rows), MODELS))
+    assert list(top["dataset"]) == ["d0", "d2", "d8", "d7", "d6", "d5"]
+    assert list(top["axes"]) == [3, 2, 1, 1, 1, 1]
+
+
 def test_method_means_never_pool_pipeline_checks_with_real_models_and_list_their_ids(frame):
     means = arena.method_means(frame).set_index(["family", "method", "domain", "task"])
     general = means.loc[("vm", "linear_probe", "general", "any_dr")]

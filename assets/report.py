@@ -84,6 +84,7 @@ def report_inputs(storage: FocusStorage, registered: Registered):
     """What the report reads, from the tables as they are now (with the lineage stamp ids of what was read)."""
     import pandas as pd
 
+    from focus_dagster.models.catalog import CATALOG
     from focus_dagster.report.arena import ModelInfo, size_from_source
     from focus_dagster.report.build import ReportInputs
 
@@ -94,7 +95,7 @@ def report_inputs(storage: FocusStorage, registered: Registered):
         raise dg.Failure(f"no metric table yet ({layout.METRICS}): materialise `metrics` for at least one dataset "
                          "first (the demo does, or select it in the UI).")
     sources = _sources(current)
-    models = {model: ModelInfo(spec.interface, spec.domain, size_from_source(spec.source))
+    models = {model: ModelInfo(spec.interface, spec.domain, size_from_source(spec.source), own=model not in CATALOG)
               for model, spec in registered.specs.items()}
 
     def read_samples(datasets: list[str]) -> pd.DataFrame:

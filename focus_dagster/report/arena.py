@@ -33,12 +33,14 @@ TOP_PER_FAMILY = 6
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """What the report needs to know of a model: its interface, domain and size (billions of parameters, from
-    the hub id where it states one, e.g. `google/medgemma-27b-it`)."""
+    """What the report needs to know of a model: its interface, domain, size (billions of parameters, from
+    the hub id where it states one, e.g. `google/medgemma-27b-it`) and whether it is the researcher's own (a model
+    of focus.yaml that is not in the catalog: the page marks its rows)."""
 
     interface: str
     domain: str
     size_b: float | None = None
+    own: bool = False
 
     @property
     def pipeline_check(self) -> bool:

@@ -85,7 +85,8 @@ def build_report(inputs: ReportInputs, say: Callable[[str], None] | None = None)
         sections.append(build())
         progress.advance()
     example = _trace_example(frame)
-    text = page(TITLE, inputs.header, sections, example)
+    own = tuple(model for model, info in inputs.models.items() if info.own)
+    text = page(TITLE, inputs.header, sections, example, own)
     return Report(sections, text, dict(inputs.sources))
 
 

@@ -75,6 +75,8 @@ td.num { text-align: right; } .num[data-metric-id] { cursor: help; border-bottom
 td.num[data-metric-id] { border-bottom: 1px solid #e5e5e5; } tr.folded td { color: #555; font-style: italic; }
 details { margin: .3rem 0 1rem; } summary { cursor: pointer; color: #333; }
 .wide { overflow-x: auto; max-width: 100%; }
+tr[data-own] td { background: #fff4e5; } tr[data-own] td:first-child { box-shadow: inset 4px 0 #e66101; }
+.own { box-shadow: inset 4px 0 #e66101; background: #fff4e5; padding: 0 .4rem; }
 #controls { position: sticky; top: 0; background: #fff; padding: .4rem 0; border-bottom: 1px solid #ddd; z-index: 2; }
 #controls select, #controls label { margin: .15rem .6rem .15rem 0; font-size: .85rem; }
 th[data-sort] { cursor: pointer; } th[aria-sort="ascending"]::after { content: " ▲"; }
@@ -84,8 +86,9 @@ code { background: #f3f3f3; padding: 0 .25rem; border-radius: 3px; } nav a { mar
 """
 
 
-def page(title: str, header: list[str], sections: list[Section], trace_example: str) -> str:
-    """The whole HTML document."""
+def page(title: str, header: list[str], sections: list[Section], trace_example: str,
+         own_models: tuple[str, ...] = ()) -> str:
+    """The whole HTML document; the rows of `own_models` (the researcher's models, not the catalog's) are marked."""
     nav = " ".join(f'<a href="#{html.escape(s.name)}">{html.escape(s.title)}</a>' for s in sections)
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -100,9 +103,9 @@ def page(title: str, header: list[str], sections: list[Section], trace_example: 
         "ids it averages (hover, and in its CSV's <code>metric_ids</code> column). Research use only.</p>",
         f"<nav>{nav}</nav>",
         '<div id="controls" hidden><span class="note">Show:</span> <label><input type="checkbox" '
-        'id="pipeline-checks"> pipeline-check models †</label></div>',
+        'id="pipeline-checks"> pipeline-check models †</label>' + _own_legend(own_models) + "</div>",
     ]
-    parts += [section_html(s) for s in sections]
+    parts += [section_html(s, frozenset(own_models)) for s in sections]
     parts.append(f"<script>{SCRIPT}</script></body></html>")
     return "\n".join(parts)
 
@@ -163,7 +166,7 @@ SCRIPT = """
 """ % json.dumps(list(FILTER_KEYS))
 
 
-def section_html(section: Section) -> str:
+def section_html(section: Section, own: frozenset = frozenset()) -> str:
     name = html.escape(section.name)
     out = [f'<section id="{name}"><h2>{html.escape(section.title)}</h2>',
            f'<p class="reading">{prose(section.reading)}</p>']
@@ -172,7 +175,7 @@ def section_html(section: Section) -> str:
                    f'<figcaption class="note">figures/{name}.png</figcaption></figure>')
     out += [f'<p class="note">{html.escape(note)}</p>' for note in section.notes]
     for table in section.tables:
-        out.append(table_html(table))
+        out.append(table_html(table, own))
     out.append("</section>")
     return "\n".join(out)
 
@@ -220,7 +223,7 @@ def placeholders(table: ReportTable) -> pd.Series:
     return numbers.isna().all(axis=1) & frame["reason"].notna() & (frame["reason"].astype(str) != "")
 
 
-def table_html(table: ReportTable) -> str:
+def table_html(table: ReportTable, own: frozenset = frozenset()) -> str:
     frame = table.frame
     folded = placeholders(table)
     rows = frame[~folded].head(MAX_HTML_ROWS)
@@ -237,7 +240,7 @@ def table_html(table: ReportTable) -> str:
                                           table.formats.get(column, ".3f")))
             else:
                 cells.append(f"<td>{html.escape(_text(value))}</td>")
-        body.append(f"<tr{_row_attributes(record)}>" + "".join(cells) + "</tr>")
+        body.append(f"<tr{_row_attributes(record, own)}>" + "".join(cells) + "</tr>")
     if folded.any():
         body += _folded_rows(frame.loc[folded, "reason"], len(table.shown))
     name = html.escape(table.name)
@@ -250,15 +253,27 @@ def table_html(table: ReportTable) -> str:
             + "".join(body) + f"</tbody></table></div>{more}</details>")
 
 
-def _row_attributes(record: dict) -> str:
-    """The row's values of the filter keys, and whether it is a pipeline-check model's, as data attributes."""
+def _row_attributes(record: dict, own: frozenset = frozenset()) -> str:
+    """The row's values of the filter keys, whether it is a pipeline-check model's, and whether one of the `own`
+    models (the researcher's), as data attributes."""
     attributes = [f' data-{key}="{html.escape(record[key])}"' for key in FILTER_KEYS
                   if isinstance(record.get(key), str) and record[key]
                   and (key != "domain" or record[key] in MODEL_DOMAINS)]  # not LoRA's in/out-of-domain
     check = _pipeline_check(record)
     if check is not None:
         attributes.append(f' data-pipeline-check="{"yes" if check else "no"}"')
+    if record.get("model") in own:
+        attributes.append(' data-own="yes"')
     return "".join(attributes)
+
+
+def _own_legend(own_models: tuple[str, ...]) -> str:
+    """The note of the control bar that names the researcher's models, marked as their rows are."""
+    if not own_models:
+        return ""
+    names = ", ".join(html.escape(m) for m in own_models)
+    return (' <span class="note own" title="models of focus.yaml that are not in the catalog">your models: '
+            f"{names}</span>")
 
 
 def _pipeline_check(record: dict) -> bool | None:

@@ -236,3 +236,20 @@ def test_every_number_of_the_html_carries_metric_ids_that_exist(frame):
     assert report.metric_ids() <= known and "http" not in report.html.lower()
     assert report.html.count("<script") == 1 and "<script>" in report.html  # its own, inline: no src
     assert sorted(parser.quoted) == sorted(PUBLISHED)  # each published value cites its reference, once
+
+
+def test_the_researchers_own_models_are_marked_in_every_table_and_named_in_the_controls():
+    from focus_dagster.report.build import ReportInputs, build_report
+
+    mine = {**MODELS, "clinic_net": ModelInfo("vm", "ophthalmic", own=True)}
+    rows = _metrics()
+    own_rows = rows[rows["model"] == "enc_o"].assign(model="clinic_net", metric_id=lambda f: "own-" + f["metric_id"])
+    samples = pd.DataFrame(columns=["model", "dataset", "task", "method", "train_dataset", "split", "score", "label"])
+    report = build_report(ReportInputs(pd.concat([rows, own_rows], ignore_index=True), pd.DataFrame(), None, mine,
+                                       ["brset", "idrid"], lambda datasets: samples))
+    marked = re.findall(r"<tr([^>]*)>", report.html)
+    assert marked and all(('data-own="yes"' in a) == ('data-model="clinic_net"' in a) for a in marked)
+    assert any('data-own="yes"' in a for a in marked)
+    assert re.search(r'<div id="controls"[^>]*>.*your models: clinic_net</span></div>', report.html)
+    plain = build_report(ReportInputs(rows, pd.DataFrame(), None, MODELS, ["brset", "idrid"], lambda d: samples))
+    assert "data-own=" not in plain.html and "your models" not in plain.html

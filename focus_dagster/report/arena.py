@@ -169,10 +169,10 @@ def _axes_filled(frame: pd.DataFrame, configurations: pd.DataFrame) -> np.ndarra
     return filled
 
 
-def spider_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per (top configuration, axis): the value shown (higher is better), the metric row it comes from
-    (value, metric_id), or the reason there is none."""
-    top = top_configurations(frame)
+def spider_table(frame: pd.DataFrame, top: int = TOP_PER_FAMILY) -> pd.DataFrame:
+    """One row per (configuration of the `top` per family, axis): the value shown (higher is better), the metric row
+    it comes from (value, metric_id), or the reason there is none."""
+    top = top_configurations(frame, top)
     # Each top configuration's metric rows, gathered in one join over the table.
     by_config = dict(list(frame.merge(top[KEY].drop_duplicates(), on=KEY).groupby(KEY)))
     rows = []
@@ -197,6 +197,22 @@ def spider_table(frame: pd.DataFrame) -> pd.DataFrame:
     table = pd.DataFrame(rows, columns=["family", "rank", "configuration", *CONFIG_COLUMNS, "domain", "pipeline_check",
                                         "axis", "shown", "value", "metric_id", "reason"])
     return table
+
+
+def spider_choices(frame: pd.DataFrame) -> dict:
+    """Every configuration the spider can show (in-domain, with a defined AUROC), in its order, with its value on
+    each axis (None: no number) and the metric id each comes from: what the page's picker draws from."""
+    table = spider_table(frame, top=len(frame))
+    configurations = []
+    for _, rows in table.groupby("rank", sort=True):
+        rows = rows.set_index("axis").reindex([a.label for a in SPIDER_AXES])
+        first = rows.iloc[0]
+        configurations.append({
+            "label": first["configuration"], "family": first["family"], "check": bool(first["pipeline_check"]),
+            "values": [None if pd.isna(v) else round(float(v), 6) for v in rows["shown"]],
+            "ids": ["" if pd.isna(v) else str(v) for v in rows["metric_id"]],
+        })
+    return {"axes": [a.label for a in SPIDER_AXES], "families": FAMILIES, "configurations": configurations}
 
 
 # ------------------------------------------------------------------------------------------- means

@@ -128,7 +128,7 @@ def _spider(frame: pd.DataFrame) -> Section:
                    figures.render(figures.draw_spider, table),
                    [ReportTable("spider", "axis values of the top configurations (shown = higher is better; value = "
                                 "the metric row)", table, shown, {"shown": "metric_id", "value": "metric_id"})],
-                   notes)
+                   notes, picker=arena.spider_choices(frame))
 
 
 def _mean_table(name: str, title: str, table: pd.DataFrame, keys: list[str]) -> ReportTable:

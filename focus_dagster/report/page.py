@@ -26,6 +26,8 @@ MAX_HTML_ROWS = 200
 # The columns a reader filters every table by (a row carries them as data attributes, shown or not).
 FILTER_KEYS = ("family", "domain", "model", "dataset", "task", "method")
 OPEN_ROWS = 25  # longer tables start folded: the figure and its reading come first
+# The picked configurations' colours, in order (Okabe & Ito's palette, told apart with colour-vision deficiencies).
+PICK_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000", "#999999")
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class Section:
     figure: object | None  # figures.Drawn
     tables: list[ReportTable]
     notes: list[str] = field(default_factory=list)
+    picker: dict | None = None  # the spider's: every configuration it can draw (arena.spider_choices)
 
 
 STYLE = """
@@ -75,6 +78,11 @@ td.num { text-align: right; } .num[data-metric-id] { cursor: help; border-bottom
 td.num[data-metric-id] { border-bottom: 1px solid #e5e5e5; } tr.folded td { color: #555; font-style: italic; }
 details { margin: .3rem 0 1rem; } summary { cursor: pointer; color: #333; }
 .wide { overflow-x: auto; max-width: 100%; }
+.picker { border: 1px solid #eee; padding: .5rem .7rem; margin: .6rem 0 1rem; }
+.picker select { max-width: 100%; font-size: .85rem; } .picker ul { list-style: none; padding: 0; margin: .4rem 0; }
+.picker li { font-size: .85rem; margin: .1rem 0; } .picker li button { margin-left: .4rem; }
+.swatch { display: inline-block; width: .8rem; height: .8rem; margin-right: .35rem; vertical-align: -1px; }
+#spider-own { width: 100%; max-width: 480px; height: auto; display: block; }
 tr[data-own] td { background: #fff4e5; } tr[data-own] td:first-child { box-shadow: inset 4px 0 #e66101; }
 .own { box-shadow: inset 4px 0 #e66101; background: #fff4e5; padding: 0 .4rem; }
 #controls { position: sticky; top: 0; background: #fff; padding: .4rem 0; border-bottom: 1px solid #ddd; z-index: 2; }
@@ -106,7 +114,7 @@ def page(title: str, header: list[str], sections: list[Section], trace_example: 
         'id="pipeline-checks"> pipeline-check models †</label>' + _own_legend(own_models) + "</div>",
     ]
     parts += [section_html(s, frozenset(own_models)) for s in sections]
-    parts.append(f"<script>{SCRIPT}</script></body></html>")
+    parts.append(f"<script>{SCRIPT}{SPIDER_SCRIPT}</script></body></html>")
     return "\n".join(parts)
 
 
@@ -166,6 +174,94 @@ SCRIPT = """
 """ % json.dumps(list(FILTER_KEYS))
 
 
+# The spider picker's part of the script (a constant too): it reads the configurations from the JSON data block and
+# draws the picked ones as SVG elements whose text is set as text, never parsed.
+SPIDER_SCRIPT = """
+(() => {
+  const data = document.getElementById("spider-data");
+  if (!data) return;
+  const spider = JSON.parse(data.textContent), colours = %s;
+  const select = document.getElementById("spider-pick"), list = document.getElementById("spider-picked");
+  const plot = document.getElementById("spider-own"), checks = document.getElementById("pipeline-checks");
+  const NS = plot.namespaceURI;
+  const cx = 240, cy = 200, radius = 140, n = spider.axes.length, picked = [];
+  const at = (k, v) => [cx + radius * v * Math.sin(2 * Math.PI * k / n), cy - radius * v * Math.cos(2 * Math.PI * k / n)];
+  const svg = (name, attributes, text) => {
+    const element = document.createElementNS(NS, name);
+    for (const [key, value] of Object.entries(attributes)) element.setAttribute(key, value);
+    if (text !== undefined) element.textContent = text;
+    return element;
+  };
+  const options = () => {
+    select.replaceChildren(new Option(picked.length < colours.length ? "add a configuration…" : "(as many as there are colours)", ""));
+    for (const [family, name] of Object.entries(spider.families)) {
+      const group = document.createElement("optgroup");
+      group.label = name;
+      spider.configurations.forEach((c, i) => {
+        if (c.family === family && !picked.includes(i) && (checks.checked || !c.check)) group.append(new Option(c.label, i));
+      });
+      if (group.children.length) select.append(group);
+    }
+    select.disabled = picked.length >= colours.length;
+  };
+  const draw = () => {
+    plot.replaceChildren();
+    for (const v of [0.25, 0.5, 0.75, 1]) {
+      plot.append(svg("polygon", {points: spider.axes.map((_, k) => at(k, v).join(",")).join(" "), fill: "none",
+                                  stroke: v === 1 ? "#888" : "#ddd"}));
+    }
+    spider.axes.forEach((label, k) => {
+      const [x, y] = at(k, 1), [tx, ty] = at(k, 1.16);
+      plot.append(svg("line", {x1: cx, y1: cy, x2: x, y2: y, stroke: "#ddd"}));
+      plot.append(svg("text", {x: tx, y: ty, "text-anchor": "middle", "dominant-baseline": "middle", "font-size": 13}, label));
+    });
+    if (!picked.length) {
+      plot.append(svg("text", {x: cx, y: cy, "text-anchor": "middle", "font-size": 13, fill: "#666"},
+                           "pick a configuration above"));
+    }
+    list.replaceChildren();
+    picked.forEach((i, j) => {
+      const c = spider.configurations[i], colour = colours[j];
+      const group = svg("g", {class: "picked-configuration", stroke: colour, fill: colour});
+      group.dataset.configuration = c.label;
+      for (let k = 0; k < n; k++) {  // an axis without a number leaves the outline open there
+        const a = c.values[k], b = c.values[(k + 1) %% n];
+        if (a === null || b === null) continue;
+        const [x1, y1] = at(k, a), [x2, y2] = at((k + 1) %% n, b);
+        group.append(svg("line", {x1, y1, x2, y2, "stroke-width": 2}));
+      }
+      c.values.forEach((v, k) => {
+        if (v === null) return;
+        const [x, y] = at(k, v), point = svg("circle", {cx: x, cy: y, r: 4});
+        point.dataset.metricId = c.ids[k];
+        point.dataset.axis = spider.axes[k];
+        point.append(svg("title", {}, `${c.label}: ${spider.axes[k]} ${v.toFixed(3)} (metric_id ${c.ids[k]})`));
+        group.append(point);
+      });
+      plot.append(group);
+      const item = document.createElement("li"), swatch = document.createElement("span"), remove = document.createElement("button");
+      swatch.className = "swatch";
+      swatch.style.background = colour;
+      remove.type = "button";
+      remove.textContent = "remove";
+      remove.setAttribute("aria-label", "remove " + c.label);
+      remove.addEventListener("click", () => { picked.splice(picked.indexOf(i), 1); update(); });
+      item.append(swatch, c.label, remove);
+      list.append(item);
+    });
+  };
+  const update = () => { options(); draw(); };
+  select.addEventListener("change", () => { if (select.value !== "") picked.push(Number(select.value)); update(); });
+  document.getElementById("spider-clear").addEventListener("click", () => { picked.length = 0; update(); });
+  checks.addEventListener("change", () => {
+    if (!checks.checked) for (let j = picked.length - 1; j >= 0; j--) if (spider.configurations[picked[j]].check) picked.splice(j, 1);
+    update();
+  });
+  update();
+})();
+""" % json.dumps(list(PICK_COLOURS))
+
+
 def section_html(section: Section, own: frozenset = frozenset()) -> str:
     name = html.escape(section.name)
     out = [f'<section id="{name}"><h2>{html.escape(section.title)}</h2>',
@@ -173,11 +269,32 @@ def section_html(section: Section, own: frozenset = frozenset()) -> str:
     if section.figure is not None:
         out.append(f'<figure>{inline_svg(section.figure.svg, section.name, section.title)}'
                    f'<figcaption class="note">figures/{name}.png</figcaption></figure>')
+    if section.picker is not None:
+        out.append(_picker_html(section.picker))
     out += [f'<p class="note">{html.escape(note)}</p>' for note in section.notes]
     for table in section.tables:
         out.append(table_html(table, own))
     out.append("</section>")
     return "\n".join(out)
+
+
+def _picker_html(choices: dict) -> str:
+    """The spider picker: a select over every configuration the spider can draw, the list of those picked (the
+    legend, each removable) and the plot the page's script draws them on; the configurations as JSON data."""
+    count = len(choices["configurations"])
+    return ('<div class="picker"><p class="note">Compare any configurations on one spider: pick them here (any of the '
+            f"{count} with a test AUROC; up to {len(PICK_COLOURS)}). A point is a metric row: hover it for its value "
+            'and id.</p><select id="spider-pick" aria-label="add a configuration to the spider"></select> '
+            '<button type="button" id="spider-clear">clear</button><ul id="spider-picked"></ul>'
+            '<svg id="spider-own" viewBox="0 0 480 400" role="img" aria-label="the picked configurations on the '
+            'spider axes"></svg>' + json_data("spider-data", choices) + "</div>")
+
+
+def json_data(element_id: str, value) -> str:
+    """`value` as a JSON data block the page's script reads (never runs): <, > and & are written as JSON escapes,
+    so no text of the data can end the block or open markup."""
+    text = json.dumps(value, allow_nan=False).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return f'<script type="application/json" id="{html.escape(element_id)}">{text}</script>'
 
 
 _SVG_PROLOGUE = re.compile(r"\A.*?(?=<svg\b)", re.S)

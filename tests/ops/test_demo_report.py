@@ -296,6 +296,51 @@ def test_the_report_filters_sorts_and_shows_pipeline_checks_on_request_in_chromi
     assert errors == []
 
 
+def test_the_spider_picker_draws_the_configurations_picked_at_their_values_in_chromium(demo):
+    """Two configurations picked onto the page's own spider: one outline each, every point at its value on its
+    axis (the radius against the spider CSV's `shown`), carrying the metric id of that CSV row; a configuration
+    removed, then pipeline-check configurations offered only once they are shown."""
+    chromium = require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    home, _, _ = demo
+    folder = home / "artifacts" / "reports" / "arena"
+    spider = pd.read_csv(folder / "tables" / "spider.csv")
+    real = spider[~spider["pipeline_check"]]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(chromium), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1000, "height": 900})
+            errors = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto((folder / "index.html").as_uri(), wait_until="load")
+            offered = page.eval_on_selector_all("#spider-pick option", "o => o.filter(x => x.value).map(x => x.text)")
+            assert set(real["configuration"]) <= set(offered) and not any("†" in o for o in offered)
+            chosen = list(dict.fromkeys(real["configuration"]))[:2]
+            for label in chosen:
+                page.select_option("#spider-pick", label=label)
+            outlines = page.eval_on_selector_all(
+                "#spider-own g.picked-configuration", "gs => gs.map(g => [g.dataset.configuration, [...g.querySelectorAll"
+                "('circle')].map(c => [c.dataset.axis, c.dataset.metricId, Math.hypot(c.cx.baseVal.value - 240, "
+                "c.cy.baseVal.value - 200) / 140])])")
+            assert [label for label, _ in outlines] == chosen
+            for label, points in outlines:
+                rows = spider[(spider["configuration"] == label) & spider["shown"].notna()].set_index("axis")
+                assert sorted(axis for axis, _, _ in points) == sorted(rows.index)
+                for axis, metric_id, radius in points:
+                    assert metric_id == rows.loc[axis, "metric_id"]
+                    assert radius == pytest.approx(rows.loc[axis, "shown"], abs=1e-4), (label, axis)
+            page.click(f"#spider-picked li button[aria-label='remove {chosen[0]}']")
+            assert page.eval_on_selector_all("#spider-own g.picked-configuration", "gs => gs.map(g => "
+                                             "g.dataset.configuration)") == [chosen[1]]
+            page.check("#pipeline-checks")
+            offered = page.eval_on_selector_all("#spider-pick option", "o => o.filter(x => x.value).map(x => x.text)")
+            assert any("†" in o for o in offered) and chosen[1] not in offered and chosen[0] in offered
+        finally:
+            browser.close()
+    assert errors == []
+
+
 def test_the_report_folds_rows_without_a_number_into_one_line_per_reason(demo):
     """The spider's table: each row of its CSV without a number (an axis the dataset cannot have, a group too
     small) is counted in the folded line of its reason; the other rows are shown one by one."""

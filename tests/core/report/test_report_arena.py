@@ -233,8 +233,14 @@ def test_every_number_of_the_html_carries_metric_ids_that_exist(frame):
     for text, ids in parser.found:
         assert ids, f"{text} has no metric id"
         assert set(ids.split()) <= known, (text, ids)
-    assert report.metric_ids() <= known and "http" not in report.html.lower()
-    assert report.html.count("<script") == 1 and "<script>" in report.html  # its own, inline: no src
+    assert report.metric_ids() <= known
+    # Nothing is fetched: no source or link to a network address, no request made by the script.
+    assert not re.search(r"""(src|href|action)\s*=\s*["']?\s*(https?:|//)""", report.html, re.I)
+    assert not re.search(r"fetch\(|XMLHttpRequest|WebSocket|import\(|\bsrc=", report.html)
+    # One script of its own, inline (no src); every other script element is data, never run.
+    scripts = re.findall(r"<script([^>]*)>", report.html)
+    assert scripts.count("") == 1 and all(s.startswith(' type="application/json" id=') for s in scripts if s)
+    assert '<script type="application/json" id="spider-data">' in report.html
     assert sorted(parser.quoted) == sorted(PUBLISHED)  # each published value cites its reference, once
 
 

@@ -220,5 +220,7 @@ def test_every_number_of_the_html_carries_metric_ids_that_exist(frame):
         assert ids, f"{text} has no metric id"
         assert set(ids.split()) <= known, (text, ids)
     assert report.metric_ids() <= known and "http" not in report.html.lower()
-    assert report.html.count("<script") == 1 and "<script>" in report.html  # its own, inline: no src
+    # Its own script, inline (no src), and the lineage as data, never run.
+    assert report.html.count("<script") == 2 and "<script>" in report.html
+    assert '<script type="application/json" id="lineage">' in report.html
     assert sorted(parser.quoted) == sorted(PUBLISHED)  # each published value cites its reference, once

@@ -212,8 +212,10 @@ SCRIPT = """
     return e;
   };
   const fixed = v => (v === null || v === undefined) ? "null" : Number(v).toFixed(4);
-  // A recorded fact as focus trace prints it: objects as JSON with ", " and ": ", true and false as True, False.
-  const factText = v => typeof v === "boolean" ? (v ? "True" : "False") : typeof v !== "object" ? String(v)
+  // A recorded fact as focus trace prints it: objects as JSON with ", " and ": ", true and false as True, False
+  // (a float with nothing after the point shows without it: JSON does not keep 1.0 apart from 1).
+  const factText = v => typeof v === "boolean" ? (v ? "True" : "False") : Object.is(v, -0) ? "-0.0"
+    : typeof v !== "object" ? String(v)
     : JSON.stringify(v, null, 1).replace(/,\\n\\s*/g, ", ").replace(/\\n\\s*/g, "");
   const open = () => { panel.hidden = false; panel.focus(); };
   const idButton = id => {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -247,53 +248,109 @@ def test_the_report_reads_at_100_percent_in_a_narrow_and_a_wide_window(demo, wid
         assert not _overlapping(figure["texts"]), (figure["section"], _overlapping(figure["texts"])[:5])
 
 
+@contextmanager
+def _report_page(home: Path, width: int = 1300):
+    """The demo's arena page open in chromium, with the list of the errors it raises."""
+    chromium = require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(chromium), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            errors = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto((home / "artifacts" / "reports" / "arena" / "index.html").as_uri(), wait_until="load")
+            yield page, errors
+        finally:
+            browser.close()
+
+
 def test_the_report_filters_sorts_and_shows_pipeline_checks_on_request_in_chromium(demo):
     """The page's controls on the method-means table, each count against its CSV: pipeline checks hidden at first
     (the demo has a real encoder) and shown on request, a task picked, a family picked, and a column sorted both
     ways by clicks on its header."""
-    chromium = require_chromium()
-    from playwright.sync_api import sync_playwright
+    home, _, _ = demo
+    means = pd.read_csv(home / "artifacts" / "reports" / "arena" / "tables" / "method_means.csv")
+    rows = "table[data-table=method_means] tbody tr:not(.folded)"
+    with _report_page(home) as (page, errors):
+
+        def shown() -> int:
+            return page.eval_on_selector_all(rows, "rows => rows.filter(r => !r.hidden).length")
+
+        def column(name: str) -> list[str]:
+            k = list(means.columns).index(name)  # the page shows the CSV's first columns, in order
+            return page.eval_on_selector_all(rows, f"rows => rows.filter(r => !r.hidden).map(r => "
+                                                   f"r.cells[{k}].textContent)")
+
+        assert not page.is_checked("#pipeline-checks")
+        assert shown() == (means["domain"] != "pipeline-check").sum()
+        page.check("#pipeline-checks")
+        assert shown() == len(means)
+        page.select_option("select[data-key=task]", "any_dr")
+        any_dr = means[means["task"] == "any_dr"]
+        assert shown() == len(any_dr)
+        summary = page.text_content("details:has(table[data-table=method_means]) summary")
+        assert f"{len(any_dr)} of {len(means)} rows shown" in summary
+        header = page.locator("table[data-table=method_means] th", has_text="mean").first
+        header.click()
+        assert column("mean") == [f"{v:.3f}" for v in sorted(any_dr["mean"])]
+        header.click()
+        assert column("mean") == [f"{v:.3f}" for v in sorted(any_dr["mean"], reverse=True)]
+        page.select_option("select[data-key=task]", "")
+        page.select_option("select[data-key=family]", "vm")
+        assert shown() == (means["family"] == "vm").sum() > 0
+    assert errors == []
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as the eye reads them: spaces collapsed, a float's ".0" dropped (JSON keeps no 1.0 apart from 1)."""
+    return [re.sub(r"(\d)\.0\b", r"\1", re.sub(r"\s+", " ", line).strip()) for line in text.splitlines()
+            if line.strip()]
+
+
+def test_a_click_on_a_number_opens_its_chain_as_focus_trace_prints_it_in_chromium(demo):
+    """A table's number: the side panel names its metric id and shows the chain `focus trace ID` prints for it,
+    line for line, link by link down to the release; a mean lists its ids and each opens its chain; a bar of a
+    figure opens the chain of the rows it draws; Escape and the close button close the panel; no page error."""
+    from types import SimpleNamespace
+
+    from focus_dagster.platform.trace import format_trace, trace
 
     home, _, _ = demo
-    folder = home / "artifacts" / "reports" / "arena"
-    means = pd.read_csv(folder / "tables" / "method_means.csv")
-    rows = "table[data-table=method_means] tbody tr:not(.folded)"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(chromium), args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
-            errors = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            page.goto((folder / "index.html").as_uri(), wait_until="load")
+    where = SimpleNamespace(tables=str(home / "artifacts" / "tables"), artifacts=str(home / "artifacts"))
+    with _report_page(home) as (page, errors):
+        assert page.is_hidden("#lineage-panel")
+        cell = page.locator("td.num[data-metric-id]:not([data-metric-id*=' ']):visible").first
+        metric_id = cell.get_attribute("data-metric-id")
+        cell.click()
+        assert page.is_visible("#lineage-panel")
+        shown = page.inner_text("#lineage-body")
+        links = page.eval_on_selector_all("#lineage-body [data-link]", "links => links.map(l => l.dataset.link)")
+        page.keyboard.press("Escape")
+        assert page.is_hidden("#lineage-panel")
 
-            def shown() -> int:
-                return page.eval_on_selector_all(rows, "rows => rows.filter(r => !r.hidden).length")
+        mean = page.locator(".reading span.num[data-metric-id*=' ']:visible").first
+        ids = mean.get_attribute("data-metric-id").split()
+        mean.click()
+        listed = page.eval_on_selector_all("#lineage-body button[data-chain]", "bs => bs.map(b => b.textContent)")
+        page.locator("#lineage-body button[data-chain]").nth(1).click()
+        second = page.inner_text("#lineage-body h3")
+        page.click("#lineage-close")
+        assert page.is_hidden("#lineage-panel")
 
-            def column(name: str) -> list[str]:
-                k = list(means.columns).index(name)  # the page shows the CSV's first columns, in order
-                return page.eval_on_selector_all(rows, f"rows => rows.filter(r => !r.hidden).map(r => "
-                                                       f"r.cells[{k}].textContent)")
-
-            assert not page.is_checked("#pipeline-checks")
-            assert shown() == (means["domain"] != "pipeline-check").sum()
-            page.check("#pipeline-checks")
-            assert shown() == len(means)
-            page.select_option("select[data-key=task]", "any_dr")
-            any_dr = means[means["task"] == "any_dr"]
-            assert shown() == len(any_dr)
-            summary = page.text_content("details:has(table[data-table=method_means]) summary")
-            assert f"{len(any_dr)} of {len(means)} rows shown" in summary
-            header = page.locator("table[data-table=method_means] th", has_text="mean").first
-            header.click()
-            assert column("mean") == [f"{v:.3f}" for v in sorted(any_dr["mean"])]
-            header.click()
-            assert column("mean") == [f"{v:.3f}" for v in sorted(any_dr["mean"], reverse=True)]
-            page.select_option("select[data-key=task]", "")
-            page.select_option("select[data-key=family]", "vm")
-            assert shown() == (means["family"] == "vm").sum() > 0
-        finally:
-            browser.close()
+        bar = page.locator("#method_means svg g[data-metric-id]").first
+        bar_ids = bar.get_attribute("data-metric-id").split()
+        bar.click()
+        opened = page.inner_text("#lineage-body h3")
+        page.keyboard.press("Escape")
     assert errors == []
+    traced = trace(metric_id, where)
+    assert _lines(shown)[0].startswith(f"{metric_id}: value ") and _lines(shown) == _lines(format_trace(traced))
+    assert links == [link["id"] for link in traced["links"]]
+    assert any(link.startswith("dataset_release[") for link in links) and "predictions[" in shown
+    assert listed == ids and len(ids) > 1 and second.startswith(f"{ids[1]}: value ")
+    assert opened.startswith(f"{bar_ids[0]}: value ") if len(bar_ids) == 1 else opened.startswith("This number is formed")
 
 
 def test_the_report_folds_rows_without_a_number_into_one_line_per_reason(demo):

@@ -56,7 +56,7 @@ def _report_asset(deps: list[str], registered: Registered):
         description=ARENA_DESCRIPTION,
     )
     def arena_report(context: dg.AssetExecutionContext, storage: FocusStorage) -> dg.MaterializeResult:
-        from focus_dagster.report.build import build_report, headline_markdown, write_report
+        from focus_dagster.report.build import build_report, headline_markdown, lineage_markdown, write_report
 
         inputs = report_inputs(storage, registered)
         report = build_report(inputs, say=context.log.info)
@@ -71,6 +71,7 @@ def _report_asset(deps: list[str], registered: Registered):
             "figures": dg.MetadataValue.json([f"figures/{s.name}.png" for s in report.sections if s.figure]),
             "tables": dg.MetadataValue.json([f"tables/{t.name}.csv" for t in report.tables]),
             "sources": dg.MetadataValue.json(report.sources),
+            "lineage": dg.MetadataValue.md(lineage_markdown(report)),
         }
         for section in report.sections:  # the figures, viewable on the asset's page
             if section.figure is not None:
@@ -111,9 +112,28 @@ def report_inputs(storage: FocusStorage, registered: Registered):
         comparisons = comparisons[[pair in declared for pair in zip(comparisons["model_a"], comparisons["model_b"])]]
     if not scores_robustness(registered):  # rows of an earlier configuration stay in the tables: not shown
         robustness = summary = None
+    read = [(layout.METRICS, metrics), (layout.LORA_EFFECTS, effects), (layout.COMPARISONS, comparisons),
+            (layout.ROBUSTNESS, robustness), (layout.ROBUSTNESS_SUMMARY, summary)]
     return ReportInputs(metrics, unavailable if unavailable is not None else pd.DataFrame(), effects, models,
                         list(registered.dataset_keys), read_samples, sources, header, comparisons, notes,
-                        robustness, summary)
+                        robustness, summary, chains=lambda ids: chains_of_rows(storage, read, ids))
+
+
+def chains_of_rows(storage: FocusStorage, read: list, metric_ids: list[str]) -> dict:
+    """The lineage of the cited numbers (platform/trace.py `chains`) from the rows the report read (`read`: each
+    traced table with its frame, or None): each row's own facts and lineage stamp ids as read, the stamps by id,
+    each link compared once with what the tables and artifacts hold now. An id in no frame read is left out (the
+    page then names `focus trace ID`)."""
+    from focus_dagster.platform.trace import chains, traced_row
+
+    wanted, rows = set(metric_ids), {}
+    for table, frame in read:  # in the order `focus trace` looks an id up
+        if frame is None or frame.empty:
+            continue
+        for row in frame[frame["metric_id"].isin(wanted)].to_dict("records"):
+            rows.setdefault(row["metric_id"], traced_row(table, row))
+    with storage.views() as con:
+        return chains({metric_id: rows[metric_id] for metric_id in sorted(rows)}, con, storage.artifacts_dir)
 
 
 def _attribute_notes(stamp: dict | None) -> dict[str, list[str]]:

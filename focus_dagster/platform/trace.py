@@ -52,15 +52,65 @@ def trace(metric_id: str, config, dagster_home=None, runs: bool = False) -> dict
         raise TraceError(f"no metric tables yet in {config.tables}: run `make demo` or materialise `metrics`.")
     try:
         with store.views() as con:
-            state = _State(con, Path(config.artifacts))
-            row = state.metric_row(metric_id)
-            result = _Walk(state).chain(row)
+            row = _State(con, Path(config.artifacts)).metric_row(metric_id)
+            result = chain_of(chains({metric_id: row}, con, config.artifacts), metric_id)
     except duckdb.Error as exc:
         raise TraceError(f"cannot read the tables in {config.tables} ({exc}).") from exc
     if runs:
         _add_run_details(result["links"], dagster_home or config.dagster_home)
-    return {"schema": SCHEMA_VERSION, "metric_id": metric_id, "value": row["value"], "ci": [row["ci_low"], row["ci_high"]],
-            "reason": row.get("reason"), "stale": any(link["stale"] for link in result["links"]), **result}
+    return result
+
+
+def chains(rows: dict[str, dict], con, artifacts) -> dict[str, Any]:
+    """The chains of many metric rows (metric id -> its row as `traced_row` gives it), walked once: each distinct
+    link (a recorded stamp, or a model's weights) is compared with the current state once and kept once in `links`
+    (by its key: the stamp's content id, or `weights:` and the weights' facts' id), whichever rows stand on it; each
+    metric keeps its value and its own link (the row's facts, what changed, and the keys of the links it stands on).
+    `chain_of` turns one metric of it into the chain `trace` returns; the arena report embeds it whole. `con`: a
+    DuckDB connection with the table store's views, `artifacts`: the artifact folder (the current state)."""
+    walk = _Walk(_State(con, Path(artifacts)))
+    metrics = {metric_id: {"value": row["value"], "ci": [row.get("ci_low"), row.get("ci_high")],
+                           "reason": row.get("reason"), "link": walk.metric_link(row)}
+               for metric_id, row in rows.items()}
+    return {"schema": SCHEMA_VERSION, "links": walk.links, "metrics": metrics}
+
+
+def chain_of(walked: dict, metric_id: str) -> dict[str, Any]:
+    """One metric's chain out of `chains`: its links in the order `focus trace` shows them (the metric, then depth
+    first), each named `asset[partition]` (numbered #2, ... when another stamp of that partition is in the chain)."""
+    metric = walked["metrics"][metric_id]
+    links = _named_links(walked["links"], metric["link"])
+    return {"schema": SCHEMA_VERSION, "metric_id": metric_id, "value": metric["value"], "ci": list(metric["ci"]),
+            "reason": metric["reason"], "stale": any(link["stale"] for link in links), "links": links}
+
+
+def _named_links(links: dict[str, dict], top: dict) -> list[dict]:
+    """The links reachable from `top`, depth first, each once, named as the chain shows them: a stamp's link by its
+    `asset[partition]`, numbered when another stamp of it (another version, or the same version read for another
+    configuration) came first; a model's weights by `weights[model]`, the first read of that model standing for
+    every read of it in the chain."""
+    named: dict[str, dict] = {top["id"]: {**top, "inputs": []}}
+    shown: dict[str, str] = {}  # link key -> its name in this chain
+    owner: dict[str, str] = {}  # name -> the key of the link it shows
+
+    def visit(key: str) -> str:
+        if key in shown:
+            return shown[key]
+        link = links[key]
+        name, n = link["id"], 1
+        if link["link"] == "weights" and name in named:
+            shown[key] = name
+            return name
+        while name in named and owner.get(name, key) != key:
+            n += 1
+            name = f"{link['id']}#{n}"
+        shown[key], owner[name] = name, key
+        named[name] = {**link, "id": name, "inputs": []}
+        named[name]["inputs"] = [visit(child) for child in link["inputs"]]
+        return name
+
+    named[top["id"]]["inputs"] = [visit(key) for key in top["inputs"]]
+    return list(named.values())
 
 
 class _State:
@@ -69,62 +119,41 @@ class _State:
 
     def __init__(self, con, artifacts: Path):
         self.con, self.artifacts = con, artifacts
+        self._stamps: dict[str, dict | None] = {}
+        self._current: dict[tuple[str, str], dict | None] = {}
 
     def metric_row(self, metric_id: str) -> dict:
-        """The row of `metric_id` in the metric table, or in the LoRA effects (then with `partition` set to
-        that table's name and the lineage of both score sets in `lineage_ids`)."""
-        row = self._row(layout.METRICS, metric_id) if self._has(layout.METRICS) else None
-        if row is not None:
-            return {**row, "lineage_ids": [row.get("lineage_id")]}
-        effect = self._row(layout.LORA_EFFECTS, metric_id) if self._has(layout.LORA_EFFECTS) else None
-        if effect is not None:
-            return {**effect, "partition": LORA_EFFECTS_PARTITION, "value": effect["delta"],
-                    "lineage_ids": [effect.get("adapted_lineage_id"), effect.get("base_lineage_id")]}
-        compared = self._row(layout.COMPARISONS, metric_id) if self._has(layout.COMPARISONS) else None
-        if compared is not None:
-            ids = [compared.get("a_lineage_id"), compared.get("b_lineage_id")]
-            if compared.get("attributes_lineage_id"):
-                ids.append(compared["attributes_lineage_id"])
-            return {**compared, "partition": COMPARISONS_PARTITION, "value": compared["delta"],
-                    "model": f"{compared['model_a']} - {compared['model_b']}", "lineage_ids": ids}
-        robust = self._robustness_row(metric_id)
-        if robust is not None:
-            return robust
+        """The row of `metric_id` in the metric table, or else in the LoRA effects, the comparisons or the
+        robustness tables, as the walk reads it (`traced_row`)."""
+        for table in TRACED_TABLES:
+            found = self._row(table, metric_id) if self._has(table) else None
+            if found is not None:
+                return traced_row(table, found)
         raise TraceError(f"metric id {metric_id!r} is not in {layout.METRICS}, {layout.LORA_EFFECTS}, "
                          f"{layout.COMPARISONS}, {layout.ROBUSTNESS} nor {layout.ROBUSTNESS_SUMMARY}; ids are shown "
                          "in the leaderboard, the arena report and every metric row.")
-
-    def _robustness_row(self, metric_id: str) -> dict | None:
-        """A degraded number (its value the degraded metric, with the clean one and the degradation's parameters
-        recorded), or a configuration's quality axis from the robustness summary; both lead to the robustness
-        rows' lineage stamp, whose inputs are the degraded embeddings (with every degradation's parameters), the
-        clean probe scores, the probes and the labels."""
-        row = self._row(layout.ROBUSTNESS, metric_id) if self._has(layout.ROBUSTNESS) else None
-        if row is not None:
-            return {**row, "asset": layout.ROBUSTNESS_ROW_ASSETS.get(row["method"], layout.ROBUSTNESS_METRICS),
-                    "value": row["degraded"], "axis": "robustness", "group": f"{row['degradation']}@{row['severity']}",
-                    "lineage_ids": [row.get("lineage_id")]}
-        row = self._row(layout.ROBUSTNESS_SUMMARY, metric_id) if self._has(layout.ROBUSTNESS_SUMMARY) else None
-        if row is not None:
-            return {**row, "asset": layout.ROBUSTNESS_SUMMARY_ASSET, "partition": ROBUSTNESS_SUMMARY_PARTITION,
-                    "value": row["quality_axis"], "ci_low": None, "ci_high": None, "axis": "robustness",
-                    "metric": "quality_axis", "lineage_ids": [row.get("lineage_id")]}
-        return None
 
     def _row(self, table, metric_id: str) -> dict | None:
         found = self.con.execute(f"SELECT * FROM {table} WHERE metric_id = ?", [metric_id])
         names = [d[0] for d in found.description]
         rows = found.fetchall()
-        return {name: (None if _missing(value) else value) for name, value in zip(names, rows[0])} if rows else None
+        return dict(zip(names, rows[0])) if rows else None
 
     def stamp(self, stamp_id: str | None) -> dict | None:
         if not stamp_id or not self._has(layout.STAMPS):
             return None
-        row = self.con.execute(f"SELECT stamp FROM {layout.STAMPS} WHERE stamp_id = ?", [stamp_id]).fetchone()
-        return lineage.loads(row[0]) if row else None
+        if stamp_id not in self._stamps:
+            row = self.con.execute(f"SELECT stamp FROM {layout.STAMPS} WHERE stamp_id = ?", [stamp_id]).fetchone()
+            self._stamps[stamp_id] = lineage.loads(row[0]) if row else None
+        return self._stamps[stamp_id]
 
     def current(self, asset: str, partition: str) -> dict | None:
-        """The stamp of what `asset`/`partition` holds now (None when it has none)."""
+        """The stamp of what `asset`/`partition` holds now (None when it has none), read once per walk."""
+        if (asset, partition) not in self._current:
+            self._current[(asset, partition)] = self._read_current(asset, partition)
+        return self._current[(asset, partition)]
+
+    def _read_current(self, asset: str, partition: str) -> dict | None:
         if asset == layout.DATASET_RELEASE:
             return self._json(layout.release_file(partition))
         if asset == layout.LORA_ADAPTERS:  # an adapter's stamp is in its manifest
@@ -167,14 +196,17 @@ def _artifact_of(asset: str, partition: str) -> str | None:
 
 
 class _Walk:
-    """Turns the recorded stamp tree into a list of links, each compared with the current state."""
+    """Turns recorded stamp trees into links, each compared with the current state. One walk serves many rows: a
+    stamp's link is built once (`links`, by the stamp's content id) and every row that stands on it refers to it."""
 
     def __init__(self, state: _State):
         self.state = state
-        self.links: dict[str, dict] = {}
-        self.stamps: dict[str, str] = {}  # link id -> the id of the stamp it shows
+        self.links: dict[str, dict] = {}  # key -> link, its inputs by key
+        self._read: dict[str, str] = {}  # lineage id of a row -> the key of its stamp's link
+        self._weights: dict[str, str | None] = {}  # weights key -> what changed in that file since it was read
 
-    def chain(self, row: dict) -> dict:
+    def metric_link(self, row: dict) -> dict:
+        """The link of one metric row: its facts, and the keys of the links of the stamps it was computed from."""
         asset = row.get("asset") or _metric_asset(row["partition"])
         metric = {"id": f"metric:{row['metric_id']}", "link": "metric", "asset": asset, "partition": row["partition"],
                   "version": None, "run": _run(row.get("run_id")),
@@ -186,27 +218,29 @@ class _Walk:
                      if k in row}
                   | {k: row[k] for k in ROBUSTNESS_FACTS if k in row},
                   "inputs": [], "changed": [], "stale": False}
-        self.links[metric["id"]] = metric
-        for recorded in [self.state.stamp(stamp_id) for stamp_id in row["lineage_ids"]]:
+        for stamp_id in row["lineage_ids"]:
+            recorded = self.state.stamp(stamp_id)
             if recorded is None:
                 metric["changed"].append("this row was written without a lineage stamp (by an earlier version): "
                                          f"rematerialise {asset} to record what it stands on")
                 continue
-            metric["inputs"].append(self._visit(recorded))
+            if stamp_id not in self._read:
+                self._read[stamp_id] = self._visit(recorded)
+            metric["inputs"].append(self._read[stamp_id])
             self._compare(metric, recorded, self.state.current(recorded["asset"], recorded["partition"]))
         metric["stale"] = bool(metric["changed"]) or any(self.links[i]["stale"] for i in metric["inputs"])
-        return {"links": list(self.links.values())}
+        return metric
 
     def _visit(self, stamp: dict) -> str:
-        """Add the link of one recorded stamp (and, depth first, of its inputs); returns its id."""
-        link_id = self._id(stamp)
-        if link_id in self.links:
-            return link_id
-        link = {"id": link_id, "link": _kind(stamp["asset"]), "asset": stamp["asset"], "partition": stamp["partition"],
-                "version": stamp.get("version"), "run": _run(stamp.get("run_id")),
+        """Add the link of one recorded stamp (and, depth first, of its inputs) unless it is there; returns its key."""
+        key = lineage.stamp_id(stamp)
+        if key in self.links:
+            return key
+        link = {"id": f"{stamp['asset']}[{stamp['partition']}]", "link": _kind(stamp["asset"]), "asset": stamp["asset"],
+                "partition": stamp["partition"], "version": stamp.get("version"), "run": _run(stamp.get("run_id")),
                 "recorded": {"code_version": stamp.get("code_version"), **_shown_facts(stamp)},
                 "inputs": [], "changed": [], "stale": False}
-        self.links[link_id] = link
+        self.links[key] = link
         for name, child in sorted((stamp.get("inputs") or {}).items()):
             if child is None:
                 link["changed"].append(f"its {name} input was read without a lineage stamp (an earlier version "
@@ -218,18 +252,7 @@ class _Walk:
         if model:
             link["inputs"].append(self._weights_link(model, link))
         link["stale"] = bool(link["changed"]) or any(self.links[i]["stale"] for i in link["inputs"])
-        return link_id
-
-    def _id(self, stamp: dict) -> str:
-        """`asset[partition]`, numbered (#2, ...) when another stamp of it is in the chain: another version, or
-        the same version read for another configuration (a predictions stamp names the model output it read)."""
-        base = f"{stamp['asset']}[{stamp['partition']}]"
-        link_id, n, identity = base, 1, lineage.stamp_id(stamp)
-        while link_id in self.links and self.stamps.get(link_id, identity) != identity:
-            n += 1
-            link_id = f"{base}#{n}"
-        self.stamps.setdefault(link_id, identity)
-        return link_id
+        return key
 
     def _compare(self, link: dict, read: dict, now: dict | None) -> None:
         """Note in `link` what changed in an input since it was read (`read`: the stamp recorded, `now`: current)."""
@@ -244,16 +267,18 @@ class _Walk:
                                    f"(run {now.get('run_id')}); this read version {read.get('version')}")
 
     def _weights_link(self, model: dict, reader: dict) -> str:
-        link_id = f"weights[{model.get('id')}]"
-        change = _weights_change(model)
-        if change:
-            reader["changed"].append(change)
-        if link_id not in self.links:
-            self.links[link_id] = {"id": link_id, "link": "weights", "asset": "model weights", "partition": model.get("id"),
-                                   "version": model.get("weights_sha256"), "run": None,
-                                   "recorded": {k: model.get(k) for k in _MODEL_FACTS}, "inputs": [], "changed": [],
-                                   "stale": False}
-        return link_id
+        """The link of a model's weights as one step read them (keyed by those facts); what changed in the file since
+        goes to `reader`, the link of the step."""
+        key = f"weights:{lineage.stamp_id(model)}"
+        if key not in self._weights:
+            self._weights[key] = _weights_change(model)
+            self.links[key] = {"id": f"weights[{model.get('id')}]", "link": "weights", "asset": "model weights",
+                               "partition": model.get("id"), "version": model.get("weights_sha256"), "run": None,
+                               "recorded": {k: model.get(k) for k in _MODEL_FACTS}, "inputs": [], "changed": [],
+                               "stale": False}
+        if self._weights[key]:
+            reader["changed"].append(self._weights[key])
+        return key
 
 
 def _weights_change(model: dict) -> str | None:
@@ -285,6 +310,34 @@ ROBUSTNESS_SUMMARY_PARTITION = "robustness_summary"  # a robustness summary row'
 ROBUSTNESS_FACTS = ("degradation", "severity", "registry", "parameters", "clean", "degraded", "delta", "delta_low",
                     "delta_high", "relative_drop", "variants", "mean_relative_drop", "quality_axis",
                     "worst_degradation", "worst_severity", "worst_relative_drop", "ce_baseline", "mce", "mce_reason")
+
+
+def traced_row(table, row: dict) -> dict:
+    """A row of one of TRACED_TABLES as the walk reads it (missing values as None): a metric row leads to its
+    predictions' stamp (`lineage_id`); a LoRA effect (`partition`: that table's name, the value its delta) to both
+    score sets; a comparison to both models' predictions (and the group attributes of a group's delta); a degraded
+    number (its value the degraded metric, with the clean one and the degradation's parameters) or a configuration's
+    quality axis from the robustness summary to the robustness rows' stamp, whose inputs are the degraded embeddings
+    (with every degradation's parameters), the clean probe scores, the probes and the labels."""
+    row = {name: (None if _missing(value) else value) for name, value in row.items()}
+    if table == layout.LORA_EFFECTS:
+        return {**row, "partition": LORA_EFFECTS_PARTITION, "value": row["delta"],
+                "lineage_ids": [row.get("adapted_lineage_id"), row.get("base_lineage_id")]}
+    if table == layout.COMPARISONS:
+        ids = [row.get("a_lineage_id"), row.get("b_lineage_id")]
+        if row.get("attributes_lineage_id"):
+            ids.append(row["attributes_lineage_id"])
+        return {**row, "partition": COMPARISONS_PARTITION, "value": row["delta"],
+                "model": f"{row['model_a']} - {row['model_b']}", "lineage_ids": ids}
+    if table == layout.ROBUSTNESS:
+        return {**row, "asset": layout.ROBUSTNESS_ROW_ASSETS.get(row["method"], layout.ROBUSTNESS_METRICS),
+                "value": row["degraded"], "axis": "robustness", "group": f"{row['degradation']}@{row['severity']}",
+                "lineage_ids": [row.get("lineage_id")]}
+    if table == layout.ROBUSTNESS_SUMMARY:
+        return {**row, "asset": layout.ROBUSTNESS_SUMMARY_ASSET, "partition": ROBUSTNESS_SUMMARY_PARTITION,
+                "value": row["quality_axis"], "ci_low": None, "ci_high": None, "axis": "robustness",
+                "metric": "quality_axis", "lineage_ids": [row.get("lineage_id")]}
+    return {**row, "lineage_ids": [row.get("lineage_id")]}
 
 
 def _metric_asset(partition: str) -> str:
@@ -338,7 +391,7 @@ def _missing(value) -> bool:
     try:
         return value is None or value != value
     except (TypeError, ValueError):
-        return False
+        return type(value).__name__ == "NAType"  # pandas' NA (a nullable column of a frame) has no truth value
 
 
 def format_trace(result: dict) -> str:

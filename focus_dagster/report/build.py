@@ -1,8 +1,9 @@
 """The arena report: the sections (figure, reading, tables) built from the metric tables, and the files written.
 
 `build_report` computes; `write_report` writes one folder atomically: `index.html` (self-contained),
-`figures/<section>.png`, `tables/<table>.csv` and `manifest.json` (what was read, with the lineage stamp ids
-of the tables' partitions, and what was written).
+`figures/<section>.png`, `tables/<table>.csv`, `lineage.json` (the chain behind every number cited, as the page
+embeds it) and `manifest.json` (what was read, with the lineage stamp ids of the tables' partitions, and what was
+written).
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import pandas as pd
 
 from focus_dagster.markup import md_text
 from focus_dagster.report import arena, figures, reference
-from focus_dagster.report.page import Num, ReportTable, Section, format_number, page, plain
+from focus_dagster.report.page import Num, ReportTable, Section, format_number, json_text, page, plain
 
 TITLE = "FOCUS arena report"
+LINEAGE_FILE = "lineage.json"
+LINEAGE_LINES = 200  # links listed in the asset's metadata; every one is in lineage.json
 
 
 @dataclass
@@ -41,6 +44,10 @@ class ReportInputs:
     attribute_notes: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     robustness: pd.DataFrame | None = None  # metrics.robustness: every degraded number against its clean one
     robustness_summary: pd.DataFrame | None = None  # metrics.robustness_summary: one row per configuration
+    # The lineage of the numbers cited (their metric ids -> {"links": {key: link}, "metrics": {id: ...}}, as
+    # platform/trace.py's `chains` walks them from the rows read here, compared with what is there now); the page
+    # opens each number's chain from it. None: the page says `focus trace ID` instead.
+    chains: Callable[[list[str]], dict] | None = None
 
 
 @dataclass
@@ -48,6 +55,7 @@ class Report:
     sections: list[Section]
     html: str
     sources: dict[str, str]
+    lineage: dict | None = None  # what `chains` gave for the numbers cited (written as lineage.json)
 
     @property
     def tables(self) -> list[ReportTable]:
@@ -61,6 +69,15 @@ class Report:
                 ids.update(i for cell in table.frame[column].dropna() for i in str(cell).split())
         return ids
 
+    def numbers(self) -> set[str]:
+        """Every metric id a number of the page carries: the tables', the readings' and the figures' marks."""
+        ids = self.metric_ids()
+        for section in self.sections:
+            ids.update(i for part in section.reading if isinstance(part, Num) for i in part.ids.split())
+            if section.figure is not None:
+                ids.update(i for marked in section.figure.marks.values() for i in marked.split())
+        return ids
+
 
 def build_report(inputs: ReportInputs, say: Callable[[str], None] | None = None) -> Report:
     """Every section from the inputs, then the page; `say` gets progress lines over the sections (each draws a
@@ -68,6 +85,8 @@ def build_report(inputs: ReportInputs, say: Callable[[str], None] | None = None)
     from focus_dagster.progress import Progress
 
     quality_axis = arena.quality_axis_rows(inputs.robustness_summary)
+    # The quality-axis rows fill only the columns they have (an all-empty column would sway concat's dtypes).
+    quality_axis = quality_axis.dropna(axis=1, how="all")
     metrics = pd.concat([inputs.metrics, quality_axis], ignore_index=True) if len(quality_axis) else inputs.metrics
     frame = arena.with_families(metrics, inputs.models)
     builders = [
@@ -85,9 +104,16 @@ def build_report(inputs: ReportInputs, say: Callable[[str], None] | None = None)
         sections.append(build())
         progress.advance()
     example = _trace_example(frame)
+    shown = Report(sections, "", {}).numbers() | _pickable(sections)
+    lineage = inputs.chains(sorted(shown)) if inputs.chains is not None else None
     own = tuple(model for model, info in inputs.models.items() if info.own)
-    text = page(TITLE, inputs.header, sections, example, own)
-    return Report(sections, text, dict(inputs.sources))
+    text = page(TITLE, inputs.header, sections, example, lineage, own)
+    return Report(sections, text, dict(inputs.sources), lineage)
+
+
+def _pickable(sections: list[Section]) -> set[str]:
+    """The metric ids of every point the spider picker can draw (each opens its chain too)."""
+    return {i for s in sections if s.picker for c in s.picker["configurations"] for i in c["ids"] if i}
 
 
 def write_report(report: Report, folder: Path, manifest: dict | None = None) -> Path:
@@ -103,10 +129,13 @@ def write_report(report: Report, folder: Path, manifest: dict | None = None) -> 
                 (partial / "figures" / f"{section.name}.png").write_bytes(section.figure.png)
         for table in report.tables:
             table.frame.to_csv(partial / "tables" / f"{table.name}.csv", index=False)
+        if report.lineage is not None:
+            (partial / LINEAGE_FILE).write_text(json_text(report.lineage, indent=1) + "\n", encoding="utf-8")
         (partial / "manifest.json").write_text(json.dumps({
             **(manifest or {}), "sources": report.sources,
             "figures": [f"figures/{s.name}.png" for s in report.sections if s.figure is not None],
             "tables": [f"tables/{t.name}.csv" for t in report.tables],
+            **({"lineage": LINEAGE_FILE} if report.lineage is not None else {}),
         }, indent=2, default=str) + "\n")
     return Path(folder)
 
@@ -413,6 +442,26 @@ def headline_markdown(report: Report) -> str:
                 parts += [f"**{section.title}** — {md_text(plain(section.reading))}", "",
                           _markdown_means(table.frame, wanted[table.name]), ""]
     return "\n".join(parts) or "no metric rows yet"
+
+
+def lineage_markdown(report: Report, limit: int = LINEAGE_LINES) -> str:
+    """The distinct links the report's numbers stand on, one line each (stale first, then by asset and partition):
+    `asset[partition]`, the version read, and stale (with what changed) or current, as of the build."""
+    if report.lineage is None:
+        return "no lineage: the report was built without the tables' stamps (`focus trace ID` walks one number)"
+    links = sorted(report.lineage["links"].values(),
+                   key=lambda link: (not link["stale"], link["asset"], str(link["partition"]), str(link["version"])))
+    stale = sum(link["stale"] for link in links)
+    lines = [f"{len(report.lineage['metrics'])} numbers stand on {len(links)} links, {stale} stale when the report "
+             f"was built; click a number in the page for its chain, or read {LINEAGE_FILE}.", ""]
+    for link in links[:limit]:
+        state = (f"**stale**: {md_text('; '.join(link['changed']) or 'an input it read is stale')}" if link["stale"]
+                 else "current")
+        version = f" · version {md_text(link['version'])}" if link.get("version") else ""
+        lines.append(f"- {md_text(link['id'])}{version} · {state}")
+    if len(links) > limit:
+        lines.append(f"- … and {len(links) - limit} more: every link is in {LINEAGE_FILE}")
+    return "\n".join(lines)
 
 
 def _markdown_means(frame: pd.DataFrame, keys: list[str]) -> str:

@@ -8,7 +8,7 @@ pipeline-check models dashed or hatched and marked †, no gridlines but the one
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -38,6 +38,7 @@ class Drawn:
 
     svg: bytes
     png: bytes
+    marks: dict[str, str] = field(default_factory=dict)  # SVG group id of a mark -> the metric id(s) it draws
 
 
 def family_colour(family: str, k: int = 0, n: int = 1):
@@ -64,7 +65,21 @@ def render(draw, *args) -> Drawn:
         svg, png = io.BytesIO(), io.BytesIO()
         fig.savefig(svg, format="svg", metadata={"Date": None})
         fig.savefig(png, format="png", dpi=150, metadata={"Software": None})
-    return Drawn(svg.getvalue(), png.getvalue())
+    return Drawn(svg.getvalue(), png.getvalue(), dict(getattr(fig, "_focus_marks", {})))
+
+
+def _mark(fig, artist, ids) -> None:
+    """Let a mark that draws metric rows carry their ids (space-separated) into the page: its SVG group gets an id
+    that page.inline_svg turns into `data-metric-id`, so a click on it opens the same chain as the tables' number."""
+    if not isinstance(ids, str) or not ids.strip():
+        return
+    marks = fig.__dict__.setdefault("_focus_marks", {})
+    gid = f"{MARK_PREFIX}{len(marks)}"
+    artist.set_gid(gid)
+    marks[gid] = ids.strip()
+
+
+MARK_PREFIX = "focus-mark-"
 
 
 def _panels(fig, n: int, columns: int, row_height: float = ROW_HEIGHT, **kwargs) -> list:
@@ -129,6 +144,10 @@ def draw_spider(fig, table: pd.DataFrame) -> None:
             ring = np.append(values, values[0])  # NaN leaves the outline open on that axis
             ax.plot(np.append(angles, angles[0]), ring, color=family_colour(family, j, len(configs)), lw=1.2,
                     ls="--" if check else "-", marker="o", ms=2.5, label=_two_lines(config))
+            for angle, value, ids in zip(angles, values, rows["metric_id"]):
+                if np.isfinite(value):  # each vertex one metric row: a point, wider than drawn, that carries its id
+                    (point,) = ax.plot([angle], [value], ls="none", marker="o", ms=7, alpha=0.0, zorder=4)
+                    _mark(fig, point, ids)
         ax.set_xticks(angles)
         ax.set_xticklabels(labels)
         ax.set_ylim(0, 1)
@@ -160,9 +179,12 @@ def draw_method_means(fig, table: pd.DataFrame, published: pd.DataFrame | None =
             x = np.arange(len(TASKS)) + (j - (len(groups) - 1) / 2) * width
             error = _error_bars(rows)
             check = domain == "pipeline-check"
-            ax.bar(x, rows["mean"], width * 0.92, yerr=error, capsize=2, color=family_colour(family, j, len(groups)),
-                   hatch="///" if check else None, edgecolor="white" if not check else "#444444", lw=0.5,
-                   label=f"{method}, {domain}" + (" †" if check else ""), error_kw={"lw": 0.8})
+            bars = ax.bar(x, rows["mean"], width * 0.92, yerr=error, capsize=2,
+                          color=family_colour(family, j, len(groups)), hatch="///" if check else None,
+                          edgecolor="white" if not check else "#444444", lw=0.5,
+                          label=f"{method}, {domain}" + (" †" if check else ""), error_kw={"lw": 0.8})
+            for bar, ids in zip(bars.patches, rows["metric_ids"]):
+                _mark(fig, bar, ids)  # a bar: the mean of the metric rows it lists
         for mark in published[published["family"] == family].itertuples():
             here = (mark.method, mark.domain) in groups
             ax.axhline(mark.value, color=DOMAIN_COLOURS.get(mark.domain, DOMAIN_COLOURS_DEFAULT), lw=1.2,

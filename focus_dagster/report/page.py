@@ -1,11 +1,16 @@
 """The report as one self-contained HTML file: figures inline as SVG (their text is the page's), tables whose every
 number carries the metric_id it comes from (`data-metric-id`, shown on hover), or, for a value the reference study
 published and the report quotes beside ours, the id of that reference (`data-reference-id`, report/reference.py);
-one inline script of its own (filters, the pipeline-check toggle, sorting) and nothing fetched from a network.
+one inline script of its own (filters, the pipeline-check toggle, sorting, the lineage panel) and nothing fetched
+from a network. A click on a number opens its chain (what `focus trace ID` prints, as of the build) in a side
+panel, from one JSON block of data (`<script type="application/json" id="lineage">`, never run): every distinct
+link once, and per metric id its own row's facts and the keys of the links it stands on.
 
 Every text of the page goes through `html.escape`, the section and table names and the header lines too: model
 ids, dataset keys, values of users' files and reasons are shown as written in any browser, never read as markup;
-the script is a constant that reads the rows' data attributes, so no value of the data is ever code.
+the script is a constant that reads the rows' data attributes and parses the JSON block (whose `<`, `>` and `&`
+are written as JSON escapes, so no value can end the block), and it writes text only (`textContent`), so no value
+of the data is ever code or markup.
 """
 
 from __future__ import annotations
@@ -74,7 +79,7 @@ figure { margin: .6rem 0; } figure svg { max-width: 100%; height: auto; border: 
 table { border-collapse: collapse; font-size: .78rem; margin: .4rem 0 1rem; }
 th, td { border-bottom: 1px solid #e5e5e5; padding: .15rem .45rem; text-align: left; vertical-align: top; }
 th { background: #f6f6f6; position: sticky; top: 0; } td.num, span.num { font-variant-numeric: tabular-nums; }
-td.num { text-align: right; } .num[data-metric-id] { cursor: help; border-bottom: 1px dotted #999; }
+td.num { text-align: right; } .num[data-metric-id] { cursor: pointer; border-bottom: 1px dotted #999; }
 td.num[data-metric-id] { border-bottom: 1px solid #e5e5e5; } tr.folded td { color: #555; font-style: italic; }
 details { margin: .3rem 0 1rem; } summary { cursor: pointer; color: #333; }
 .wide { overflow-x: auto; max-width: 100%; }
@@ -91,12 +96,24 @@ th[data-sort] { cursor: pointer; } th[aria-sort="ascending"]::after { content: "
 th[aria-sort="descending"]::after { content: " ▼"; } .shown { color: #555; }
 p, summary, figcaption { overflow-wrap: anywhere; }
 code { background: #f3f3f3; padding: 0 .25rem; border-radius: 3px; } nav a { margin-right: .8rem; }
+svg [data-metric-id] { cursor: pointer; }
+#lineage-panel { position: fixed; top: 0; right: 0; bottom: 0; width: min(36rem, 94vw); overflow: auto; z-index: 5;
+       background: #fff; border-left: 1px solid #bbb; box-shadow: -4px 0 16px rgba(0,0,0,.12); padding: .8rem 1rem;
+       font-size: .8rem; }
+#lineage-panel h3 { font-size: .95rem; margin: .2rem 2rem .4rem 0; overflow-wrap: anywhere; }
+#lineage-close { position: absolute; top: .5rem; right: .6rem; font-size: 1.1rem; cursor: pointer; }
+#lineage-panel .link { border-left: 2px solid #ddd; padding: .1rem 0 .1rem .5rem; margin: .25rem 0; }
+#lineage-panel .link.stale { border-left-color: #c62828; } #lineage-panel .stale-mark, #lineage-panel .changed {
+       color: #b71c1c; font-weight: 600; }
+#lineage-panel .fact { color: #444; overflow-wrap: anywhere; font-family: ui-monospace, monospace; font-size: .74rem; }
+#lineage-panel button.id { font: inherit; font-family: ui-monospace, monospace; margin: .1rem; cursor: pointer; }
 """
 
 
 def page(title: str, header: list[str], sections: list[Section], trace_example: str,
-         own_models: tuple[str, ...] = ()) -> str:
-    """The whole HTML document; the rows of `own_models` (the researcher's models, not the catalog's) are marked."""
+         lineage: dict | None = None, own_models: tuple[str, ...] = ()) -> str:
+    """The whole HTML document; `lineage`: the chains of its numbers (platform/trace.py `chains`), embedded as data;
+    the rows of `own_models` (the researcher's models, not the catalog's) are marked."""
     nav = " ".join(f'<a href="#{html.escape(s.name)}">{html.escape(s.title)}</a>' for s in sections)
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -104,18 +121,41 @@ def page(title: str, header: list[str], sections: list[Section], trace_example: 
         f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
         *(f'<p class="meta">{html.escape(line)}</p>' for line in header),  # they name the tables' location
-        '<p class="note">Every number carries the <code>metric_id</code> of the row it comes from: hover it to see '
-        "the id, then <code>focus trace ID</code> walks from that number to the predictions, model weights, labels "
-        f"and files that produced it (e.g. <code>focus trace {html.escape(trace_example)}</code>; in the UI, launch "
+        '<p class="note">Every number carries the <code>metric_id</code> of the row it comes from: click it to see '
+        "its chain as of this build (predictions, model weights, labels, records, release, runs, code version; "
+        "a stale link says what changed since), hover it to see the id. <code>focus trace ID</code> walks the "
+        f"same chain as it is now (e.g. <code>focus trace {html.escape(trace_example)}</code>; in the UI, launch "
         "the job <code>focus_trace</code> with the id). A mean lists the "
-        "ids it averages (hover, and in its CSV's <code>metric_ids</code> column). Research use only.</p>",
+        "ids it averages (click or hover, and in its CSV's <code>metric_ids</code> column). Research use only.</p>",
         f"<nav>{nav}</nav>",
         '<div id="controls" hidden><span class="note">Show:</span> <label><input type="checkbox" '
         'id="pipeline-checks"> pipeline-check models †</label>' + _own_legend(own_models) + "</div>",
     ]
     parts += [section_html(s, frozenset(own_models)) for s in sections]
-    parts.append(f"<script>{SCRIPT}{SPIDER_SCRIPT}</script></body></html>")
+    parts += ['<aside id="lineage-panel" role="dialog" aria-label="lineage of a number" tabindex="-1" hidden>'
+              '<button type="button" id="lineage-close" aria-label="close">×</button><div id="lineage-body"></div>'
+              "</aside>",
+              json_data("lineage", lineage if lineage is not None else {"links": {}, "metrics": {}}),
+              f"<script>{SCRIPT}{SPIDER_SCRIPT}</script></body></html>"]
     return "\n".join(parts)
+
+
+def json_text(value, indent: int | None = None) -> str:
+    """JSON that can stand inside an HTML <script> block: `<`, `>` and `&` as JSON escapes (so no value can end the
+    block or open a comment), a number that is not finite as null (JSON has none)."""
+    text = json.dumps(_finite(value), default=str, allow_nan=False, indent=indent,
+                      separators=None if indent is not None else (",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _finite(value):
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 # The page's one script, a constant (nothing of the data is ever written into it): a select per filter key over
@@ -170,6 +210,117 @@ SCRIPT = """
   controls.addEventListener("change", apply);
   controls.hidden = false;
   apply();
+
+  // The lineage panel: a click on a number shows its chain as `focus trace` prints it (links named and numbered as
+  // there, each once, "shown above" when reached again), from the JSON block; a mean lists its ids.
+  const data = JSON.parse(document.getElementById("lineage").textContent);
+  const panel = document.getElementById("lineage-panel"), body = document.getElementById("lineage-body");
+  const node = (tag, text, cls) => {
+    const e = document.createElement(tag);
+    if (text !== undefined) e.textContent = text;
+    if (cls) e.className = cls;
+    return e;
+  };
+  const fixed = v => (v === null || v === undefined) ? "null" : Number(v).toFixed(4);
+  // A recorded fact as focus trace prints it: objects as JSON with ", " and ": ", true and false as True, False
+  // (a float with nothing after the point shows without it: JSON does not keep 1.0 apart from 1).
+  const factText = v => typeof v === "boolean" ? (v ? "True" : "False") : Object.is(v, -0) ? "-0.0"
+    : typeof v !== "object" ? String(v)
+    : JSON.stringify(v, null, 1).replace(/,\\n\\s*/g, ", ").replace(/\\n\\s*/g, "");
+  const open = () => { panel.hidden = false; panel.focus(); };
+  const idButton = id => {
+    const b = node("button", id, "id");
+    b.type = "button";
+    b.dataset.chain = id;
+    return b;
+  };
+  const chain = (id, from) => {
+    body.replaceChildren();
+    const metric = data.metrics[id];
+    if (from) {
+      const back = node("button", `← the ${from.length} ids of this number`, "id");
+      back.type = "button";
+      back.addEventListener("click", () => list(from));
+      body.append(back);
+    }
+    if (!metric) {
+      body.append(node("h3", id), node("p", `This page holds no chain for ${id}: run focus trace ${id} (or launch ` +
+                                            "the job focus_trace with it in the UI)."));
+      return open();
+    }
+    const head = node("h3", `${id}: value ${fixed(metric.value)} (95%% CI ${fixed(metric.ci[0])} to ` +
+                            `${fixed(metric.ci[1])})`);
+    body.append(head);
+    if (metric.reason) body.append(node("p", `reason: ${metric.reason}`, "fact"));
+    const names = new Map(), owners = new Map(), done = new Set();
+    let stale = false;
+    const block = (link, name, depth, parent) => {
+      const div = node("div", undefined, "link" + (link.stale ? " stale" : ""));
+      div.style.marginLeft = (depth ? 0.9 : 0) + "rem";
+      div.dataset.link = name;
+      const title = node("div");
+      title.append(node("strong", `${depth ? "<- " : ""}${link.link}: `), node("span", name, "link-id"));
+      if (link.version) title.append(node("span", `  version ${link.version}`, "fact"));
+      if (link.stale) { title.append(node("span", "  [STALE]", "stale-mark")); stale = true; }
+      div.append(title);
+      if (link.run) div.append(node("div", `run: ${link.run.run_id}`, "fact"));
+      for (const [key, value] of Object.entries(link.recorded || {})) {
+        if (value === null || value === "" || (typeof value === "object" && Object.keys(value).length === 0)) continue;
+        div.append(node("div", `${key}: ${factText(value)}`, "fact"));
+      }
+      for (const change of link.changed) div.append(node("div", `CHANGED: ${change}`, "changed"));
+      parent.append(div);
+      return div;
+    };
+    const visit = (key, depth, parent) => {
+      const link = data.links[key];
+      let name = names.get(key);
+      if (name === undefined) {
+        name = link.id;
+        if (!(link.link === "weights" && owners.has(name))) {
+          for (let n = 2; owners.has(name) && owners.get(name) !== key; n++) name = `${link.id}#${n}`;
+          owners.set(name, key);
+        }
+        names.set(key, name);
+      }
+      if (done.has(name)) {
+        const again = node("div", `<- ${name} (shown above)${link.stale ? "  [STALE]" : ""}`, "link");
+        again.style.marginLeft = "0.9rem";
+        parent.append(again);
+        return;
+      }
+      done.add(name);
+      const div = block(link, name, depth, parent);
+      for (const child of link.inputs) visit(child, depth + 1, div);
+    };
+    const top = block(metric.link, metric.link.id, 0, body);
+    done.add(metric.link.id);
+    owners.set(metric.link.id, null);
+    for (const key of metric.link.inputs) visit(key, 1, top);
+    if (stale) head.append(node("span", "  [STALE]", "stale-mark"));
+    open();
+  };
+  const list = ids => {
+    body.replaceChildren(node("h3", `This number is formed from ${ids.length} metric ids`),
+                         node("p", "Click one for its chain.", "note"));
+    const box = node("div");
+    box.append(...ids.map(idButton));
+    body.append(box);
+    open();
+  };
+  document.addEventListener("click", event => {
+    const button = event.target.closest("#lineage-panel button[data-chain]");
+    if (button) {
+      const from = [...body.querySelectorAll("button[data-chain]")].map(b => b.dataset.chain);
+      return chain(button.dataset.chain, from.length > 1 ? from : null);
+    }
+    const number = event.target.closest("[data-metric-id]");
+    if (!number || panel.contains(number)) return;
+    const ids = number.getAttribute("data-metric-id").split(/\\s+/).filter(Boolean);
+    if (ids.length === 1) chain(ids[0]); else if (ids.length) list(ids);
+  });
+  document.getElementById("lineage-close").addEventListener("click", () => { panel.hidden = true; });
+  document.addEventListener("keydown", event => { if (event.key === "Escape") panel.hidden = true; });
 })();
 """ % json.dumps(list(FILTER_KEYS))
 
@@ -267,7 +418,7 @@ def section_html(section: Section, own: frozenset = frozenset()) -> str:
     out = [f'<section id="{name}"><h2>{html.escape(section.title)}</h2>',
            f'<p class="reading">{prose(section.reading)}</p>']
     if section.figure is not None:
-        out.append(f'<figure>{inline_svg(section.figure.svg, section.name, section.title)}'
+        out.append(f'<figure>{inline_svg(section.figure.svg, section.name, section.title, section.figure.marks)}'
                    f'<figcaption class="note">figures/{name}.png</figcaption></figure>')
     if section.picker is not None:
         out.append(_picker_html(section.picker))
@@ -293,25 +444,37 @@ def _picker_html(choices: dict) -> str:
 def json_data(element_id: str, value) -> str:
     """`value` as a JSON data block the page's script reads (never runs): <, > and & are written as JSON escapes,
     so no text of the data can end the block or open markup."""
-    text = json.dumps(value, allow_nan=False).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    return f'<script type="application/json" id="{html.escape(element_id)}">{text}</script>'
+    return f'<script type="application/json" id="{html.escape(element_id)}">{json_text(value)}</script>'
 
 
 _SVG_PROLOGUE = re.compile(r"\A.*?(?=<svg\b)", re.S)
 _SVG_METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.S)
 _SVG_NAMESPACES = re.compile(r'\s+xmlns(:\w+)?="[^"]*"')
 _SVG_IDS = re.compile(r'(\bid="|url\(#|href="#)([^")]+)')
+_SVG_MARK = re.compile(r'<g id="([^"]+)">')
 
 
-def inline_svg(svg: bytes, prefix: str, title: str) -> str:
+def _marked(match: re.Match, marks: dict[str, str]) -> str:
+    ids = marks.get(match.group(1))
+    if ids is None:
+        return match.group(0)
+    return (f'<g id="{match.group(1)}" data-metric-id="{html.escape(ids)}"><title>{html.escape(_hover(ids))}'
+            "</title>")
+
+
+def inline_svg(svg: bytes, prefix: str, title: str, marks: dict[str, str] | None = None) -> str:
     """Matplotlib's SVG as an element of the page, its text real text (so it is read, searched and measured at the
     size it is drawn) rather than an image: without the XML prologue and metadata, the namespaces the HTML parser
     supplies itself, and every id prefixed with the section's name (matplotlib numbers them from 1 in each figure,
     so two figures' "axes_1" or clip paths would collide in one document). The figure's text was escaped by
-    matplotlib's SVG writer."""
+    matplotlib's SVG writer. A mark drawn for metric rows (`marks`: its group's id -> their ids, figures._mark)
+    carries them as `data-metric-id`, with a hover title, as a table's number does."""
     text = _SVG_METADATA.sub("", _SVG_PROLOGUE.sub("", svg.decode("utf-8"), count=1))
     text = _SVG_NAMESPACES.sub("", text)
     text = _SVG_IDS.sub(lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", text)
+    if marks:
+        named = {f"{prefix}-{gid}": ids for gid, ids in marks.items()}
+        text = _SVG_MARK.sub(lambda m: _marked(m, named), text)
     return text.replace("<svg ", f'<svg role="img" aria-label="{html.escape(title)}" ', 1)
 
 

@@ -5,6 +5,7 @@ Every expectation is a literal (the pattern, the escaped text), never the code's
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from html.parser import HTMLParser
@@ -264,8 +265,20 @@ def test_the_arena_report_shows_hostile_model_ids_and_header_text_as_text():
                          "ci_low": None, "ci_high": None, "n": 40, "n_pos": 12, "reason": None, "partition": "brset"})
     models = {HOSTILE: ModelInfo("vm", "general"), "enc_o": ModelInfo("vm", "ophthalmic")}
     samples = pd.DataFrame(columns=["model", "dataset", "task", "method", "train_dataset", "split", "score", "label"])
+    # The lineage of every number, with hostile values where a stamp holds users' text (a partition, a fact).
+    hostile_link = {"id": f"dataset_records[{HOSTILE}]", "link": "records", "asset": "dataset_records",
+                    "partition": HOSTILE, "version": "v1", "run": None, "recorded": {"root": f"</script>{HOSTILE}"},
+                    "inputs": [], "changed": [f"<!--{HOSTILE}"], "stale": True}
+
+    def chains(ids):
+        return {"schema": 1, "links": {"k1": hostile_link},
+                "metrics": {i: {"value": 0.9, "ci": [None, None], "reason": None,
+                                "link": {"id": f"metric:{i}", "link": "metric", "asset": "metrics", "partition": HOSTILE,
+                                         "version": None, "run": None, "recorded": {"model": HOSTILE}, "inputs": ["k1"],
+                                         "changed": [], "stale": False}} for i in ids}}
+
     report = build_report(ReportInputs(pd.DataFrame(rows), pd.DataFrame(), None, models, ["brset"],
-                                       lambda datasets: samples, header=[f"tables {HOSTILE}"]))
+                                       lambda datasets: samples, header=[f"tables {HOSTILE}"], chains=chains))
     page = _Elements()
     page.feed(report.html)
     handlers = [(tag, name) for tag, attrs in page.elements for name in attrs if name.lower().startswith("on")]
@@ -273,9 +286,18 @@ def test_the_arena_report_shows_hostile_model_ids_and_header_text_as_text():
     tags = [tag for tag, _ in page.elements]
     # The figures are inline SVG, whose text (the model ids of legends and labels) is the page's own text.
     assert tags.count("svg") >= 5 and "img" not in tags and "foreignobject" not in tags
-    # One script, inline, the page's own: the hostile id is in a row's data attribute, never in code.
+    # One script, inline, the page's own: the hostile id is in a row's data attribute, never in code; the lineage
+    # is data (JSON, never run), its `<`, `>` and `&` escaped so that no value ends the block, and reads back whole.
     scripts = [attrs for tag, attrs in page.elements if tag == "script"]
-    assert scripts == [{}] and not any(HOSTILE in part or "alert" in part for part in page.text_in("script"))
+    assert scripts == [{"type": "application/json", "id": "spider-data"}, {"type": "application/json", "id": "lineage"},
+                       {}]
+    spider, data, code = page.text_in("script")
+    assert HOSTILE not in code and "alert" not in code
+    assert "<" not in data and ">" not in data and HOSTILE not in data
+    # The spider picker's configurations too: escaped as data, the hostile id read back whole as a label.
+    assert "<" not in spider and ">" not in spider
+    assert any(HOSTILE in c["label"] for c in json.loads(spider)["configurations"])
+    assert json.loads(data)["links"]["k1"] == hostile_link and json.loads(data) == json.loads(json.dumps(report.lineage))
     assert any(attrs.get("data-model") == HOSTILE for tag, attrs in page.elements if tag == "tr")
     text = "".join(page.text)
     assert any(HOSTILE in part for part in page.text_in("svg")), "the hostile id is drawn, as text"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -247,98 +248,149 @@ def test_the_report_reads_at_100_percent_in_a_narrow_and_a_wide_window(demo, wid
         assert not _overlapping(figure["texts"]), (figure["section"], _overlapping(figure["texts"])[:5])
 
 
+@contextmanager
+def _report_page(home: Path, width: int = 1300):
+    """The demo's arena page open in chromium, with the list of the errors it raises."""
+    chromium = require_chromium()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(chromium), args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            errors = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto((home / "artifacts" / "reports" / "arena" / "index.html").as_uri(), wait_until="load")
+            yield page, errors
+        finally:
+            browser.close()
+
+
 def test_the_report_filters_sorts_and_shows_pipeline_checks_on_request_in_chromium(demo):
     """The page's controls on the method-means table, each count against its CSV: pipeline checks hidden at first
     (the demo has a real encoder) and shown on request, a task picked, a family picked, and a column sorted both
     ways by clicks on its header."""
-    chromium = require_chromium()
-    from playwright.sync_api import sync_playwright
+    home, _, _ = demo
+    means = pd.read_csv(home / "artifacts" / "reports" / "arena" / "tables" / "method_means.csv")
+    rows = "table[data-table=method_means] tbody tr:not(.folded)"
+    with _report_page(home) as (page, errors):
+
+        def shown() -> int:
+            return page.eval_on_selector_all(rows, "rows => rows.filter(r => !r.hidden).length")
+
+        def column(name: str) -> list[str]:
+            k = list(means.columns).index(name)  # the page shows the CSV's first columns, in order
+            return page.eval_on_selector_all(rows, f"rows => rows.filter(r => !r.hidden).map(r => "
+                                                   f"r.cells[{k}].textContent)")
+
+        assert not page.is_checked("#pipeline-checks")
+        assert shown() == (means["domain"] != "pipeline-check").sum()
+        page.check("#pipeline-checks")
+        assert shown() == len(means)
+        page.select_option("select[data-key=task]", "any_dr")
+        any_dr = means[means["task"] == "any_dr"]
+        assert shown() == len(any_dr)
+        summary = page.text_content("details:has(table[data-table=method_means]) summary")
+        assert f"{len(any_dr)} of {len(means)} rows shown" in summary
+        header = page.locator("table[data-table=method_means] th", has_text="mean").first
+        header.click()
+        assert column("mean") == [f"{v:.3f}" for v in sorted(any_dr["mean"])]
+        header.click()
+        assert column("mean") == [f"{v:.3f}" for v in sorted(any_dr["mean"], reverse=True)]
+        page.select_option("select[data-key=task]", "")
+        page.select_option("select[data-key=family]", "vm")
+        assert shown() == (means["family"] == "vm").sum() > 0
+    assert errors == []
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as the eye reads them: spaces collapsed, a float's ".0" dropped (JSON keeps no 1.0 apart from 1)."""
+    return [re.sub(r"(\d)\.0\b", r"\1", re.sub(r"\s+", " ", line).strip()) for line in text.splitlines()
+            if line.strip()]
+
+
+def test_a_click_on_a_number_opens_its_chain_as_focus_trace_prints_it_in_chromium(demo):
+    """A table's number: the side panel names its metric id and shows the chain `focus trace ID` prints for it,
+    line for line, link by link down to the release; a mean lists its ids and each opens its chain; a bar of a
+    figure opens the chain of the rows it draws; Escape and the close button close the panel; no page error."""
+    from types import SimpleNamespace
+
+    from focus_dagster.platform.trace import format_trace, trace
 
     home, _, _ = demo
-    folder = home / "artifacts" / "reports" / "arena"
-    means = pd.read_csv(folder / "tables" / "method_means.csv")
-    rows = "table[data-table=method_means] tbody tr:not(.folded)"
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(chromium), args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
-            errors = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            page.goto((folder / "index.html").as_uri(), wait_until="load")
+    where = SimpleNamespace(tables=str(home / "artifacts" / "tables"), artifacts=str(home / "artifacts"))
+    with _report_page(home) as (page, errors):
+        assert page.is_hidden("#lineage-panel")
+        cell = page.locator("td.num[data-metric-id]:not([data-metric-id*=' ']):visible").first
+        metric_id = cell.get_attribute("data-metric-id")
+        cell.click()
+        assert page.is_visible("#lineage-panel")
+        shown = page.inner_text("#lineage-body")
+        links = page.eval_on_selector_all("#lineage-body [data-link]", "links => links.map(l => l.dataset.link)")
+        page.keyboard.press("Escape")
+        assert page.is_hidden("#lineage-panel")
 
-            def shown() -> int:
-                return page.eval_on_selector_all(rows, "rows => rows.filter(r => !r.hidden).length")
+        mean = page.locator(".reading span.num[data-metric-id*=' ']:visible").first
+        ids = mean.get_attribute("data-metric-id").split()
+        mean.click()
+        listed = page.eval_on_selector_all("#lineage-body button[data-chain]", "bs => bs.map(b => b.textContent)")
+        page.locator("#lineage-body button[data-chain]").nth(1).click()
+        second = page.inner_text("#lineage-body h3")
+        page.click("#lineage-close")
+        assert page.is_hidden("#lineage-panel")
 
-            def column(name: str) -> list[str]:
-                k = list(means.columns).index(name)  # the page shows the CSV's first columns, in order
-                return page.eval_on_selector_all(rows, f"rows => rows.filter(r => !r.hidden).map(r => "
-                                                       f"r.cells[{k}].textContent)")
-
-            assert not page.is_checked("#pipeline-checks")
-            assert shown() == (means["domain"] != "pipeline-check").sum()
-            page.check("#pipeline-checks")
-            assert shown() == len(means)
-            page.select_option("select[data-key=task]", "any_dr")
-            any_dr = means[means["task"] == "any_dr"]
-            assert shown() == len(any_dr)
-            summary = page.text_content("details:has(table[data-table=method_means]) summary")
-            assert f"{len(any_dr)} of {len(means)} rows shown" in summary
-            header = page.locator("table[data-table=method_means] th", has_text="mean").first
-            header.click()
-            assert column("mean") == [f"{v:.3f}" for v in sorted(any_dr["mean"])]
-            header.click()
-            assert column("mean") == [f"{v:.3f}" for v in sorted(any_dr["mean"], reverse=True)]
-            page.select_option("select[data-key=task]", "")
-            page.select_option("select[data-key=family]", "vm")
-            assert shown() == (means["family"] == "vm").sum() > 0
-        finally:
-            browser.close()
+        bar = page.locator("#method_means svg g[data-metric-id]").first
+        bar_ids = bar.get_attribute("data-metric-id").split()
+        bar.click()
+        opened = page.inner_text("#lineage-body h3")
+        page.keyboard.press("Escape")
     assert errors == []
+    traced = trace(metric_id, where)
+    assert _lines(shown)[0].startswith(f"{metric_id}: value ") and _lines(shown) == _lines(format_trace(traced))
+    assert links == [link["id"] for link in traced["links"]]
+    assert any(link.startswith("dataset_release[") for link in links) and "predictions[" in shown
+    assert listed == ids and len(ids) > 1 and second.startswith(f"{ids[1]}: value ")
+    assert opened.startswith(f"{bar_ids[0]}: value ") if len(bar_ids) == 1 else opened.startswith("This number is formed")
 
 
 def test_the_spider_picker_draws_the_configurations_picked_at_their_values_in_chromium(demo):
     """Two configurations picked onto the page's own spider: one outline each, every point at its value on its
-    axis (the radius against the spider CSV's `shown`), carrying the metric id of that CSV row; a configuration
-    removed, then pipeline-check configurations offered only once they are shown."""
-    chromium = require_chromium()
-    from playwright.sync_api import sync_playwright
-
+    axis (the radius against the spider CSV's `shown`), carrying the metric id of that CSV row, whose chain a click
+    opens; a configuration removed, then pipeline-check configurations offered only once they are shown."""
     home, _, _ = demo
-    folder = home / "artifacts" / "reports" / "arena"
-    spider = pd.read_csv(folder / "tables" / "spider.csv")
+    spider = pd.read_csv(home / "artifacts" / "reports" / "arena" / "tables" / "spider.csv")
     real = spider[~spider["pipeline_check"]]
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(chromium), args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1000, "height": 900})
-            errors = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            page.goto((folder / "index.html").as_uri(), wait_until="load")
-            offered = page.eval_on_selector_all("#spider-pick option", "o => o.filter(x => x.value).map(x => x.text)")
-            assert set(real["configuration"]) <= set(offered) and not any("†" in o for o in offered)
-            chosen = list(dict.fromkeys(real["configuration"]))[:2]
-            for label in chosen:
-                page.select_option("#spider-pick", label=label)
-            outlines = page.eval_on_selector_all(
-                "#spider-own g.picked-configuration", "gs => gs.map(g => [g.dataset.configuration, [...g.querySelectorAll"
-                "('circle')].map(c => [c.dataset.axis, c.dataset.metricId, Math.hypot(c.cx.baseVal.value - 240, "
-                "c.cy.baseVal.value - 200) / 140])])")
-            assert [label for label, _ in outlines] == chosen
-            for label, points in outlines:
-                rows = spider[(spider["configuration"] == label) & spider["shown"].notna()].set_index("axis")
-                assert sorted(axis for axis, _, _ in points) == sorted(rows.index)
-                for axis, metric_id, radius in points:
-                    assert metric_id == rows.loc[axis, "metric_id"]
-                    assert radius == pytest.approx(rows.loc[axis, "shown"], abs=1e-4), (label, axis)
-            page.click(f"#spider-picked li button[aria-label='remove {chosen[0]}']")
-            assert page.eval_on_selector_all("#spider-own g.picked-configuration", "gs => gs.map(g => "
-                                             "g.dataset.configuration)") == [chosen[1]]
-            page.check("#pipeline-checks")
-            offered = page.eval_on_selector_all("#spider-pick option", "o => o.filter(x => x.value).map(x => x.text)")
-            assert any("†" in o for o in offered) and chosen[1] not in offered and chosen[0] in offered
-        finally:
-            browser.close()
+    offered_js = "o => o.filter(x => x.value).map(x => x.text)"
+    with _report_page(home, 1000) as (page, errors):
+        offered = page.eval_on_selector_all("#spider-pick option", offered_js)
+        assert set(real["configuration"]) <= set(offered) and not any("†" in o for o in offered)
+        chosen = list(dict.fromkeys(real["configuration"]))[:2]
+        for label in chosen:
+            page.select_option("#spider-pick", label=label)
+        outlines = page.eval_on_selector_all(
+            "#spider-own g.picked-configuration", "gs => gs.map(g => [g.dataset.configuration, [...g.querySelectorAll"
+            "('circle')].map(c => [c.dataset.axis, c.dataset.metricId, Math.hypot(c.cx.baseVal.value - 240, "
+            "c.cy.baseVal.value - 200) / 140])])")
+        point = page.locator("#spider-own circle[data-metric-id]").first
+        point_id = point.get_attribute("data-metric-id")
+        point.click()
+        opened = page.inner_text("#lineage-body h3")
+        page.keyboard.press("Escape")
+        page.click(f"#spider-picked li button[aria-label='remove {chosen[0]}']")
+        left = page.eval_on_selector_all("#spider-own g.picked-configuration", "gs => gs.map(g => g.dataset.configuration)")
+        page.check("#pipeline-checks")
+        offered_all = page.eval_on_selector_all("#spider-pick option", offered_js)
     assert errors == []
+    assert [label for label, _ in outlines] == chosen
+    for label, points in outlines:
+        rows = spider[(spider["configuration"] == label) & spider["shown"].notna()].set_index("axis")
+        assert sorted(axis for axis, _, _ in points) == sorted(rows.index)
+        for axis, metric_id, radius in points:
+            assert metric_id == rows.loc[axis, "metric_id"]
+            assert radius == pytest.approx(rows.loc[axis, "shown"], abs=1e-4), (label, axis)
+    assert point_id in opened
+    assert left == [chosen[1]]
+    assert any("†" in o for o in offered_all) and chosen[1] not in offered_all and chosen[0] in offered_all
 
 
 def test_the_report_folds_rows_without_a_number_into_one_line_per_reason(demo):

@@ -241,6 +241,7 @@ def test_every_number_of_the_html_carries_metric_ids_that_exist(frame):
     scripts = re.findall(r"<script([^>]*)>", report.html)
     assert scripts.count("") == 1 and all(s.startswith(' type="application/json" id=') for s in scripts if s)
     assert '<script type="application/json" id="spider-data">' in report.html
+    assert '<script type="application/json" id="lineage">' in report.html
     assert sorted(parser.quoted) == sorted(PUBLISHED)  # each published value cites its reference, once
 
 

@@ -68,7 +68,9 @@ def chains(rows: dict[str, dict], con, artifacts) -> dict[str, Any]:
     metric keeps its value and its own link (the row's facts, what changed, and the keys of the links it stands on).
     `chain_of` turns one metric of it into the chain `trace` returns; the arena report embeds it whole. `con`: a
     DuckDB connection with the table store's views, `artifacts`: the artifact folder (the current state)."""
-    walk = _Walk(_State(con, Path(artifacts)))
+    state = _State(con, Path(artifacts))
+    state.read_stamps({stamp_id for row in rows.values() for stamp_id in row["lineage_ids"] if stamp_id})
+    walk = _Walk(state)
     metrics = {metric_id: {"value": row["value"], "ci": [row.get("ci_low"), row.get("ci_high")],
                            "reason": row.get("reason"), "link": walk.metric_link(row)}
                for metric_id, row in rows.items()}
@@ -121,6 +123,7 @@ class _State:
         self.con, self.artifacts = con, artifacts
         self._stamps: dict[str, dict | None] = {}
         self._current: dict[tuple[str, str], dict | None] = {}
+        self._tables: dict = {}  # table -> whether the store has it
 
     def metric_row(self, metric_id: str) -> dict:
         """The row of `metric_id` in the metric table, or else in the LoRA effects, the comparisons or the
@@ -139,11 +142,22 @@ class _State:
         rows = found.fetchall()
         return dict(zip(names, rows[0])) if rows else None
 
+    def read_stamps(self, stamp_ids: set[str]) -> None:
+        """Read these stamps in one query (a walk over many rows would otherwise ask for each in turn)."""
+        wanted = sorted(set(stamp_ids) - set(self._stamps))
+        if not wanted or not self._has(layout.STAMPS):
+            return
+        found = dict(self.con.execute(f"SELECT stamp_id, any_value(stamp) FROM {layout.STAMPS} WHERE stamp_id IN "
+                                      "(SELECT unnest(?)) GROUP BY stamp_id", [wanted]).fetchall())
+        self._stamps.update({stamp_id: lineage.loads(found[stamp_id]) if stamp_id in found else None
+                             for stamp_id in wanted})
+
     def stamp(self, stamp_id: str | None) -> dict | None:
-        if not stamp_id or not self._has(layout.STAMPS):
+        if not stamp_id:
             return None
         if stamp_id not in self._stamps:
-            row = self.con.execute(f"SELECT stamp FROM {layout.STAMPS} WHERE stamp_id = ?", [stamp_id]).fetchone()
+            row = (self.con.execute(f"SELECT stamp FROM {layout.STAMPS} WHERE stamp_id = ?", [stamp_id]).fetchone()
+                   if self._has(layout.STAMPS) else None)
             self._stamps[stamp_id] = lineage.loads(row[0]) if row else None
         return self._stamps[stamp_id]
 
@@ -179,8 +193,12 @@ class _State:
         return lineage.loads(row[0]) if row else None
 
     def _has(self, table) -> bool:
-        return bool(self.con.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND "
-                                     "table_name = ?", [table.schema, table.name]).fetchone()[0])
+        """Whether the store has `table` (asked once per walk: the views do not change under it)."""
+        if table not in self._tables:
+            self._tables[table] = bool(self.con.execute(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
+                [table.schema, table.name]).fetchone()[0])
+        return self._tables[table]
 
 
 def _artifact_of(asset: str, partition: str) -> str | None:

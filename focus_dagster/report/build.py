@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from focus_dagster.markup import md_text
+from focus_dagster.models.catalog import CATALOG
 from focus_dagster.report import arena, figures, reference
 from focus_dagster.report.page import Num, ReportTable, Section, format_number, json_text, page, plain
 
@@ -198,16 +199,29 @@ def _general_vs_ophthalmic(frame: pd.DataFrame, datasets: list[str]) -> Section:
         sides = [d for d in ("general", "ophthalmic") if table[f"{d}_configurations"].sum()]
         reading = ["No dataset has both a general and an ophthalmic vision encoder with a defined AUROC"
                    + (f": only {sides[0]} encoders are shown." if sides else ".")]
+    # Table 4 states the gap the other way round (general - ophthalmic): quoted as published, ours turned to match.
+    table = reference.beside(table.assign(general_minus_ophthalmic=-table["difference"]), "encoder_gap",
+                             {"dataset": "dataset"}, "general_minus_ophthalmic", table["difference"].notna(),
+                             "published_general_minus_ophthalmic")
     shown = ["dataset", "general_mean", "general_configurations", "ophthalmic_mean", "ophthalmic_configurations",
-             "difference", "reason"]
+             "difference", "published_general_minus_ophthalmic", "reason"]
     ids = {"general_mean": "general_metric_ids", "general_configurations": "general_metric_ids",
            "ophthalmic_mean": "ophthalmic_metric_ids", "ophthalmic_configurations": "ophthalmic_metric_ids",
            "difference": "metric_ids"}
+    encoders = ", ".join(m for m, spec in CATALOG.items() if spec.interface == "vm" and spec.domain == "ophthalmic")
     return Section("general_vs_ophthalmic", "General vs ophthalmic vision encoders", reading,
                    figures.render(figures.draw_general_vs_ophthalmic, table),
                    [ReportTable("general_vs_ophthalmic", "mean linear-probe AUROC per dataset (over models and tasks)",
                                 table, shown, ids, {"general_configurations": "d", "ophthalmic_configurations": "d",
-                                                    "difference": "+.3f"})])
+                                                    "difference": "+.3f",
+                                                    "published_general_minus_ophthalmic": "+.3f"},
+                                quoted={"published_general_minus_ophthalmic":
+                                        "published_general_minus_ophthalmic_reference"})],
+                   [f"The reference study published general minus ophthalmic encoders on mBRSET, {reference.STUDY} "
+                    "Table 4 (stated under its row in the figure): quoted as published, the opposite sign of this "
+                    "table's difference. A dataset needs both kinds of vision encoder for a difference; the catalog's "
+                    f"ophthalmic ones: {encoders} (select them under `models:`, with their weights on this "
+                    "machine)."])
 
 
 def _task_cliff(frame: pd.DataFrame) -> Section:
@@ -232,14 +246,22 @@ def _mllm(frame: pd.DataFrame) -> Section:
         top = ranked.iloc[0]
         reading += [f" Highest mean AUROC: {top['model']} ({top['method']}), ",
                     Num(top["auroc"], top["auroc_metric_ids"]), ", ECE ", Num(top["ece"], top["ece_metric_ids"]), "."]
-    shown = ["model", "method", "domain", "size", "auroc", "ece", "fairness_gap", "quality_gap"]
+    shown = ["model", "method", "domain", "size", "auroc", "published_auroc", "ece", "published_ece", "fairness_gap",
+             "quality_gap"]
     ids = {name: f"{name}_metric_ids" for name in ("auroc", "ece", "fairness_gap", "quality_gap")}
     # The size as text (a model's size is not a measured number): size_b stays numeric in the CSV.
     shown_table = table.assign(size=table["size_b"].map(lambda v: f"{v:g}B" if pd.notna(v) else "not stated"))
+    real_yes_no = ~table["pipeline_check"].astype(bool) & (table["method"] == "yes_no")  # the published figure's rows
+    for metric, axis in (("auroc", "performance"), ("ece", "calibration")):  # Figure 5's two models, where selected
+        shown_table = reference.beside(shown_table, "model_mean", {"model": "model"}, metric, real_yes_no,
+                                       f"published_{metric}", axis=axis, metric=metric)
+        shown_table.loc[~real_yes_no.to_numpy(), [f"published_{metric}", f"published_{metric}_reference"]] = np.nan
     return Section("mllm", "Multimodal LLMs: AUROC vs ECE, size, medical vs general", reading,
                    figures.render(figures.draw_mllm, table, reference.published("model_mean")),
-                   [ReportTable("mllm", "per multimodal LLM and method (means over its configurations)", shown_table,
-                                shown, ids)],
+                   [ReportTable("mllm", "per multimodal LLM and method (means over its configurations; published: "
+                                f"the reference study's value, {reference.STUDY} Figure 5)", shown_table, shown, ids,
+                                quoted={"published_auroc": "published_auroc_reference",
+                                        "published_ece": "published_ece_reference"})],
                    ["fairness gap: mean sex equalized-odds gap; quality gap: mean |accuracy(adequate) - "
                     "accuracy(inadequate)| (BRSET, mBRSET); n/a where no configuration defines it.",
                     f"Hollow diamonds: MedGemma-27B and Gemma-3-27B as the reference study published them "
@@ -347,9 +369,18 @@ def _lora(effects: pd.DataFrame | None, models: dict) -> Section:
                "q_value", "n", "reason"]
     ids = {c: "metric_id" for c in ("base", "adapted", "delta", "ci_low", "ci_high", "p_value", "q_value", "n")}
     formats = {"delta": "+.3f", "ci_low": "+.3f", "ci_high": "+.3f", "p_value": ".3g", "q_value": ".3g", "n": "d"}
+    beside = reference.beside(means, "lora_mean", {"domain": "domain", "metric": "metric"}, "mean",
+                              means["series"] == arena.series_of("mllm", False))
+    means_table = _mean_table("lora_means", "mean delta per domain and metric; published: the reference study's mean "
+                              f"delta of real adapters ({reference.STUDY} Table 5), and ours - published for real "
+                              "models", beside, ["series", "domain", "metric"])
+    means_table.shown += ["published", "published_difference"]
+    means_table.ids["published_difference"] = "metric_ids"
+    means_table.formats.update({"published": "+.3f", "published_difference": "+.3f"})
+    means_table.quoted["published"] = "published_reference"
     return Section("lora", "LoRA fine-tuning: deltas in-domain vs out-of-domain", reading,
                    figures.render(figures.draw_lora, deltas, means, reference.published("lora_mean")),
-                   [_mean_table("lora_means", "mean delta per domain and metric", means, ["series", "domain", "metric"]),
+                   [means_table,
                     ReportTable("lora", "every adapted configuration (q: Benjamini-Hochberg per metric x domain)",
                                 deltas, columns, ids, formats)],
                    [f"Hollow stars: the mean deltas the reference study published ({reference.STUDY} Table 5), "

@@ -19,6 +19,7 @@ PALETTES = {"vm": "Blues", "vlm": "Greens", "mllm": "Purples"}
 DOMAIN_COLOURS = {"general": "#3b6fb6", "ophthalmic": "#d9822b", "medical": "#c23b3b", "pipeline-check": "#8c8c8c",
                   "unregistered": "#555555"}
 DOMAIN_COLOURS_DEFAULT = "#555555"
+DAGGER = "†"  # marks what is drawn for a pipeline-check model
 DAGGER_NOTE = "† pipeline-check model: seeded random weights; it tests the plumbing and says nothing about retinal AI"
 # Sizes in points at the figure's own size, which the page shows unscaled (WIDTH fits a page 800 px wide): 8.5 pt is
 # 11.3 px, the smallest text of any figure.
@@ -39,6 +40,7 @@ class Drawn:
     svg: bytes
     png: bytes
     marks: dict[str, str] = field(default_factory=dict)  # SVG group id of a mark -> the metric id(s) it draws
+    checks: frozenset[str] = frozenset()  # SVG group ids of what is drawn for pipeline-check models (the page hides)
 
 
 def family_colour(family: str, k: int = 0, n: int = 1):
@@ -62,10 +64,50 @@ def render(draw, *args) -> Drawn:
         FigureCanvasAgg(fig)  # a renderer to measure text with while drawing (`_apart`)
         draw(fig, *args)
         _place_footnote(fig)
+        checks = _pipeline_check_groups(fig)
         svg, png = io.BytesIO(), io.BytesIO()
         fig.savefig(svg, format="svg", metadata={"Date": None})
         fig.savefig(png, format="png", dpi=150, metadata={"Software": None})
-    return Drawn(svg.getvalue(), png.getvalue(), dict(getattr(fig, "_focus_marks", {})))
+    return Drawn(svg.getvalue(), png.getvalue(), dict(getattr(fig, "_focus_marks", {})), checks)
+
+
+def _pipeline_check_groups(fig) -> frozenset[str]:
+    """Give an SVG group id to every artist drawn for a pipeline-check model and return them, so that the page can
+    hide them with the pipeline-check rows: lines, bars (with their whiskers), points and texts whose label or text
+    carries the † (the drawings name every pipeline-check series, point and bar with it), and their legend entries.
+    Panel titles, tick labels and the footnote stay."""
+    found = []
+    for ax in fig.axes:
+        found += [a for a in (*ax.lines, *ax.collections, *ax.patches) if DAGGER in str(a.get_label())]
+        found += [t for t in ax.texts if DAGGER in t.get_text()]
+        for container in ax.containers:
+            if DAGGER in str(container.get_label()):
+                whiskers = getattr(container, "errorbar", None)
+                found += [*container.get_children(), *(whiskers.get_children() if whiskers else ())]
+    for legend in (*fig.legends, *(ax.get_legend() for ax in fig.axes)):
+        for drawn, text in _legend_entries(legend) if legend is not None else ():
+            if DAGGER in text.get_text():
+                found += [*drawn, text]
+    groups = set()
+    for k, artist in enumerate(a for a in found if a is not None):
+        if artist.get_gid() is None:
+            artist.set_gid(f"focus-check-{k}")
+        groups.add(artist.get_gid())
+    return frozenset(groups)
+
+
+def _legend_entries(legend):
+    """(the artists of its key, its text) for each entry of a legend, found by walking its boxes: an entry is a box
+    of a DrawingArea (the key, which may hold several artists: an errorbar's line, caps and bars) and a TextArea."""
+    from matplotlib.offsetbox import DrawingArea, TextArea
+
+    boxes = [legend]
+    while boxes:
+        children = boxes.pop().get_children()
+        if len(children) == 2 and isinstance(children[0], DrawingArea) and isinstance(children[1], TextArea):
+            yield children[0].get_children(), children[1].get_children()[0]
+        else:
+            boxes += [c for c in children if hasattr(c, "get_children")]
 
 
 def _mark(fig, artist, ids) -> None:
@@ -146,7 +188,8 @@ def draw_spider(fig, table: pd.DataFrame) -> None:
                     ls="--" if check else "-", marker="o", ms=2.5, label=_two_lines(config))
             for angle, value, ids in zip(angles, values, rows["metric_id"]):
                 if np.isfinite(value):  # each vertex one metric row: a point, wider than drawn, that carries its id
-                    (point,) = ax.plot([angle], [value], ls="none", marker="o", ms=7, alpha=0.0, zorder=4)
+                    (point,) = ax.plot([angle], [value], ls="none", marker="o", ms=7, alpha=0.0, zorder=4,
+                                       label=f"_{config}")  # "_": no legend entry; its † tags a pipeline check
                     _mark(fig, point, ids)
         ax.set_xticks(angles)
         ax.set_xticklabels(labels)
@@ -228,12 +271,17 @@ def draw_general_vs_ophthalmic(fig, table: pd.DataFrame) -> None:
     for domain, marker in (("general", "o"), ("ophthalmic", "s")):
         ax.scatter(table[f"{domain}_mean"], y, marker=marker, s=28, color=DOMAIN_COLOURS[domain], zorder=2,
                    label=f"{domain} vision encoders")
+    start = _data_start(table[["general_mean", "ophthalmic_mean"]])
     for row, yy in zip(table.itertuples(), y):
         if pd.isna(row.general_mean) and pd.isna(row.ophthalmic_mean):
             ax.text(0.5, yy, "no defined AUROC", va="center", color="#777777")
+        published = getattr(row, "published_general_minus_ophthalmic", np.nan)
+        if pd.notna(published):  # the study's gap on this dataset, stated beside the row
+            ax.text(1.0, yy - 0.2, f"study (Table 4): general − ophthalmic {published:+.3f}", ha="right",
+                    va="top", color="#555555")
     ax.set_yticks(y)
     ax.set_yticklabels(table["dataset"])
-    ax.set_xlim(_data_start(table[["general_mean", "ophthalmic_mean"]]), 1.02)
+    ax.set_xlim(start, 1.02)
     ax.axvline(0.5, color="#999999", lw=0.6, ls=":")
     ax.set_xlabel("mean linear-probe test AUROC over models and tasks")
     ax.legend(frameon=False, loc="lower left", bbox_to_anchor=(0, 1.0), ncols=2)

@@ -182,6 +182,9 @@ SCRIPT = """
       row.hidden = chosen.some(([k, v]) => row.dataset[k] !== undefined && row.dataset[k] !== v)
         || (!checks.checked && row.dataset.pipelineCheck === "yes");
     }
+    for (const drawn of document.querySelectorAll("figure svg [data-pipeline-check]")) {
+      drawn.style.display = checks.checked ? "" : "none";
+    }
     for (const table of document.querySelectorAll("table[data-table]")) {
       const mine = [...table.tBodies[0].rows].filter(r => !r.classList.contains("folded"));
       const shown = table.closest("details").querySelector("summary .shown");
@@ -418,8 +421,9 @@ def section_html(section: Section, own: frozenset = frozenset()) -> str:
     out = [f'<section id="{name}"><h2>{html.escape(section.title)}</h2>',
            f'<p class="reading">{prose(section.reading)}</p>']
     if section.figure is not None:
-        out.append(f'<figure>{inline_svg(section.figure.svg, section.name, section.title, section.figure.marks)}'
-                   f'<figcaption class="note">figures/{name}.png</figcaption></figure>')
+        figure = section.figure
+        drawn = inline_svg(figure.svg, section.name, section.title, figure.marks, figure.checks)
+        out.append(f'<figure>{drawn}<figcaption class="note">figures/{name}.png</figcaption></figure>')
     if section.picker is not None:
         out.append(_picker_html(section.picker))
     out += [f'<p class="note">{html.escape(note)}</p>' for note in section.notes]
@@ -454,27 +458,34 @@ _SVG_IDS = re.compile(r'(\bid="|url\(#|href="#)([^")]+)')
 _SVG_MARK = re.compile(r'<g id="([^"]+)">')
 
 
-def _marked(match: re.Match, marks: dict[str, str]) -> str:
-    ids = marks.get(match.group(1))
-    if ids is None:
+def _tagged(match: re.Match, marks: dict[str, str], checks: frozenset[str]) -> str:
+    """A figure's group with the metric ids it draws (and their hover title), and whether it is a pipeline check's."""
+    gid = match.group(1)
+    ids, check = marks.get(gid), gid in checks
+    if ids is None and not check:
         return match.group(0)
-    return (f'<g id="{match.group(1)}" data-metric-id="{html.escape(ids)}"><title>{html.escape(_hover(ids))}'
-            "</title>")
+    attributes = f' data-metric-id="{html.escape(ids)}"' if ids is not None else ""
+    attributes += ' data-pipeline-check="yes"' if check else ""
+    title = f"<title>{html.escape(_hover(ids))}</title>" if ids is not None else ""
+    return f'<g id="{gid}"{attributes}>{title}'
 
 
-def inline_svg(svg: bytes, prefix: str, title: str, marks: dict[str, str] | None = None) -> str:
+def inline_svg(svg: bytes, prefix: str, title: str, marks: dict[str, str] | None = None,
+               checks: frozenset[str] = frozenset()) -> str:
     """Matplotlib's SVG as an element of the page, its text real text (so it is read, searched and measured at the
     size it is drawn) rather than an image: without the XML prologue and metadata, the namespaces the HTML parser
     supplies itself, and every id prefixed with the section's name (matplotlib numbers them from 1 in each figure,
     so two figures' "axes_1" or clip paths would collide in one document). The figure's text was escaped by
     matplotlib's SVG writer. A mark drawn for metric rows (`marks`: its group's id -> their ids, figures._mark)
-    carries them as `data-metric-id`, with a hover title, as a table's number does."""
+    carries them as `data-metric-id`, with a hover title, as a table's number does; a group drawn for a pipeline-check
+    model (`checks`) carries `data-pipeline-check`, so that it is hidden with the pipeline-check rows."""
     text = _SVG_METADATA.sub("", _SVG_PROLOGUE.sub("", svg.decode("utf-8"), count=1))
     text = _SVG_NAMESPACES.sub("", text)
     text = _SVG_IDS.sub(lambda m: f"{m.group(1)}{prefix}-{m.group(2)}", text)
-    if marks:
-        named = {f"{prefix}-{gid}": ids for gid, ids in marks.items()}
-        text = _SVG_MARK.sub(lambda m: _marked(m, named), text)
+    if marks or checks:
+        named = {f"{prefix}-{gid}": ids for gid, ids in (marks or {}).items()}
+        checked = frozenset(f"{prefix}-{gid}" for gid in checks)
+        text = _SVG_MARK.sub(lambda m: _tagged(m, named, checked), text)
     return text.replace("<svg ", f'<svg role="img" aria-label="{html.escape(title)}" ', 1)
 
 
@@ -587,7 +598,10 @@ def _number_cell(value, ids: str, spec: str) -> str:
 
 
 def _quoted_cell(value, reference: str, spec: str) -> str:
-    """A published value, quoted: it cites the reference it comes from, not a metric row of this grid."""
+    """A published value, quoted: it cites the reference it comes from, not a metric row of this grid (a dash where
+    the study published none for the row)."""
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return '<td class="num">–</td>'
     if not reference:
         raise ValueError(f"the published value {value} names no reference")
     return (f'<td class="num quoted" data-reference-id="{html.escape(reference)}" '

@@ -108,6 +108,23 @@ def published(kind: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def beside(table: pd.DataFrame, kind: str, on: dict[str, str], ours: str, real: pd.Series, name: str = "published",
+           **where: str) -> pd.DataFrame:
+    """`table` with the published values of `kind` beside the rows they match (`on`: table column -> the
+    reference's key; `where`: the reference's other keys, fixed): the value in `name`, its reference id in
+    `<name>_reference`, and `ours - published` in `<name>_difference` for the rows of real models (`real`, a mask of
+    `table`; a pipeline-check model's number is no estimate of the published one)."""
+    found = published(kind)
+    for key, value in where.items():
+        found = found[found[key] == value] if len(found) else found
+    found = found.rename(columns={key: column for column, key in on.items()})
+    found = found[[*on, "value", "reference"]] if len(found) else pd.DataFrame(columns=[*on, "value", "reference"])
+    out = table.merge(found.rename(columns={"value": name, "reference": f"{name}_reference"}), on=list(on),
+                      how="left")
+    out[f"{name}_difference"] = (out[ours] - out[name]).where(real.to_numpy())
+    return out
+
+
 def _ours(reference: Reference, frame: pd.DataFrame, deltas: pd.DataFrame) -> tuple[float, list[str], str]:
     """Our figure (NaN when this grid cannot form it), the metric ids it is formed from, and what is missing."""
     if reference.kind == "lora_mean":

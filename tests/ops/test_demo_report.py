@@ -187,10 +187,11 @@ def test_the_report_in_chromium_every_figure_renders_and_every_number_traces(dem
     assert [r for r in requests if not r.startswith(("file:", "data:"))] == []  # nothing from a network
     assert len(numbers) > 50
     quoted = [reference for _, _, _, reference in numbers if reference]
-    assert sorted(quoted) == sorted(PUBLISHED)  # the study's values, each citing its reference
-    for text, ids, title, reference in numbers:
+    assert set(quoted) == set(PUBLISHED)  # the study's values, each citing its reference (the LoRA means quote some
+    for text, ids, title, reference in numbers:  # beside ours too)
         if reference:
             assert not ids and "published value" in title, (text, reference)
+            assert float(text) == pytest.approx(PUBLISHED[reference], abs=5e-4), (text, reference)
             continue
         assert ids, f"the number {text} carries no metric id"
         assert set(ids.split()) <= known, (text, ids)
@@ -391,6 +392,32 @@ def test_the_spider_picker_draws_the_configurations_picked_at_their_values_in_ch
     assert point_id in opened
     assert left == [chosen[1]]
     assert any("†" in o for o in offered_all) and chosen[1] not in offered_all and chosen[0] in offered_all
+
+
+def test_the_figures_hide_what_they_draw_for_pipeline_checks_with_their_rows_in_chromium(demo):
+    """The pipeline-check toggle reaches the figures: the method-means bars and the spider's points drawn for
+    pipeline-check models (as many as the CSVs' pipeline-check rows with a number, the real ones untouched) are
+    hidden at first, with the rest of their series, and shown with one tick."""
+    home, _, _ = demo
+    tables = home / "artifacts" / "reports" / "arena" / "tables"
+    means, spider = pd.read_csv(tables / "method_means.csv"), pd.read_csv(tables / "spider.csv")
+    means = means[means["mean"].notna()]
+    spider = spider[spider["shown"].notna()]
+    count = "(marks, check) => marks.filter(m => (m.dataset.pipelineCheck === 'yes') === check).length"
+    shown = "marks => marks.filter(m => getComputedStyle(m).display !== 'none').length"
+    with _report_page(home) as (page, errors):
+        for figure, frame, column in (("method_means", means, "domain"), ("spider", spider, "pipeline_check")):
+            checks = frame[column].eq("pipeline-check") if column == "domain" else frame[column].astype(bool)
+            marks = f"#{figure} figure svg g[data-metric-id]"
+            assert page.eval_on_selector_all(marks, count, True) == checks.sum() > 0, figure
+            assert page.eval_on_selector_all(marks, count, False) == (~checks).sum() > 0, figure
+        tagged = "figure svg [data-pipeline-check]"
+        hidden_at_first = page.eval_on_selector_all(tagged, shown)
+        page.check("#pipeline-checks")
+        shown_on_request = page.eval_on_selector_all(tagged, shown)
+        total = page.eval_on_selector_all(tagged, "marks => marks.length")
+    assert errors == []
+    assert hidden_at_first == 0 and shown_on_request == total > 0
 
 
 def test_the_report_folds_rows_without_a_number_into_one_line_per_reason(demo):

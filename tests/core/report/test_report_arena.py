@@ -242,7 +242,8 @@ def test_every_number_of_the_html_carries_metric_ids_that_exist(frame):
     assert scripts.count("") == 1 and all(s.startswith(' type="application/json" id=') for s in scripts if s)
     assert '<script type="application/json" id="spider-data">' in report.html
     assert '<script type="application/json" id="lineage">' in report.html
-    assert sorted(parser.quoted) == sorted(PUBLISHED)  # each published value cites its reference, once
+    assert sorted(parser.quoted) == sorted(PUBLISHED)  # each published value cites its reference (no adapter, no
+    # Figure-5 model here: the paper's table alone quotes them, once each)
 
 
 def test_the_researchers_own_models_are_marked_in_every_table_and_named_in_the_controls():

@@ -98,3 +98,29 @@ def test_a_section_draws_its_figure_inline_with_its_title_as_label():
                                                                                    _cliff(0.4)), [])
     text = section_html(section)
     assert '<svg role="img" aria-label="The task cliff"' in text and "<img" not in text
+
+
+def test_everything_drawn_for_a_pipeline_check_series_is_tagged_for_the_page_to_hide():
+    """The task cliff with one real and one pipeline-check series: without the groups tagged data-pipeline-check,
+    nothing of the pipeline-check series' colour is left (line, whiskers, caps, legend key) nor any text with its †
+    but the footnote; the real series is untouched."""
+    import xml.etree.ElementTree as ET
+    from matplotlib.colors import to_hex
+
+    table = _cliff(0.4)
+    table.loc[table["family"] == "vlm", "series"] = "dual-encoder VLMs (pipeline check †)"
+    drawn = figures.render(figures.draw_task_cliff, table)
+    page_svg = inline_svg(drawn.svg, "task_cliff", "the task cliff", drawn.marks, drawn.checks)
+    # The page leaves the namespaces to the HTML parser; an XML parser needs xlink declared.
+    root = ET.fromstring(page_svg.replace("<svg ", '<svg xmlns:xlink="http://www.w3.org/1999/xlink" ', 1))
+    parents = {child: parent for parent in root.iter() for child in parent}
+    tagged = [e for e in root.iter() if e.get("data-pipeline-check") == "yes"]
+    assert tagged
+    for element in tagged:
+        parents[element].remove(element)
+    styles = " ".join(e.get("style", "") for e in root.iter())
+    check, real = (to_hex(figures.family_colour(f)) for f in ("vlm", "vm"))
+    assert check not in styles and real in styles
+    texts = ["".join(e.itertext()) for e in root.iter() if e.tag == "text"]
+    assert [t for t in texts if "†" in t] == [figures.DAGGER_NOTE]
+    assert any("vision encoders" in t for t in texts)

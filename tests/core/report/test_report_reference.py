@@ -4,6 +4,8 @@ metric rows: which rows each figure pools, what it leaves out, and what a grid w
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -105,6 +107,71 @@ def test_without_any_adapter_every_lora_row_says_so():
     lora = table[table.index.str.startswith("lora.")]
     assert len(lora) == 6 and lora["ours"].isna().all()
     assert lora["reason"].str.contains("no adapter of a real multimodal LLM").all()
+
+
+# ------------------------------------------------------------------------------ columns of other tables
+
+
+def test_the_lora_means_quote_table_5_beside_each_domain_and_metric_and_ours_minus_it_for_real_models():
+    from focus_dagster.report.reference import beside
+
+    means = arena.lora_means(pd.DataFrame([
+        {"domain": "in_domain", "metric": "accuracy@0.5", "delta": 0.05, "pipeline_check": False, "metric_id": "l-1"},
+        {"domain": "in_domain", "metric": "accuracy@0.5", "delta": 0.90, "pipeline_check": True, "metric_id": "l-2"},
+        {"domain": "out_of_domain", "metric": "ece", "delta": -0.02, "pipeline_check": False, "metric_id": "l-3"},
+        {"domain": "out_of_domain", "metric": "brier", "delta": 0.01, "pipeline_check": False, "metric_id": "l-4"},
+    ]))
+    real = means["series"] == arena.series_of("mllm", False)
+    table = beside(means, "lora_mean", {"domain": "domain", "metric": "metric"}, "mean", real)
+    rows = {(r.series == arena.series_of("mllm", False), r.domain, r.metric): r for r in table.itertuples()}
+    accuracy = rows[(True, "in_domain", "accuracy@0.5")]
+    assert (accuracy.published, accuracy.published_reference) == (0.033, "lora.in.accuracy")
+    assert accuracy.published_difference == pytest.approx(0.05 - 0.033)
+    ece = rows[(True, "out_of_domain", "ece")]
+    assert (ece.published, ece.published_difference) == (-0.018, pytest.approx(-0.02 + 0.018))
+    check = rows[(False, "in_domain", "accuracy@0.5")]  # the published value beside it, no difference
+    assert check.published == 0.033 and np.isnan(check.published_difference)
+    brier = rows[(True, "out_of_domain", "brier")]  # the study published no Brier delta
+    assert np.isnan(brier.published) and pd.isna(brier.published_reference) and np.isnan(brier.published_difference)
+
+
+def test_the_mllm_table_quotes_figure_5_on_medgemma_and_gemma_rows_only(table):
+    from focus_dagster.report.build import ReportInputs, build_report
+
+    rows = [_row("medgemma_27b", "brset", "any_dr", 0.85, method="yes_no"),
+            _row("medgemma_27b", "brset", "any_dr", 0.20, axis="calibration", metric="ece", method="yes_no"),
+            _row("gen_a", "brset", "any_dr", 0.9)]
+    samples = pd.DataFrame(columns=["model", "dataset", "task", "method", "train_dataset", "split", "score", "label"])
+    report = build_report(ReportInputs(pd.DataFrame(rows), pd.DataFrame(), None, MODELS, ["brset"], lambda d: samples))
+    mllm = next(t for t in report.tables if t.name == "mllm").frame.set_index("model")
+    medgemma = mllm.loc["medgemma_27b"]
+    assert (medgemma["published_auroc"], medgemma["published_auroc_reference"]) == (0.797, "medgemma_27b.auroc")
+    assert (medgemma["published_ece"], medgemma["published_ece_reference"]) == (0.19, "medgemma_27b.ece")
+    assert medgemma["published_auroc_difference"] == pytest.approx(0.85 - 0.797)
+    cells = re.findall(r'data-reference-id="([^"]+)"[^>]*>([^<]+)</td>', report.html)
+    assert ("medgemma_27b.auroc", "0.797") in cells and ("medgemma_27b.ece", "0.190") in cells
+    assert all(PUBLISHED[ref] == pytest.approx(float(text), abs=5e-4) for ref, text in cells)
+
+
+def test_the_encoder_table_quotes_table_4_on_mbrset_as_published_and_ours_the_same_way_round():
+    from focus_dagster.report.build import ReportInputs, build_report
+
+    rows = [_row("gen_a", "mbrset", "any_dr", 0.90), _row("oph", "mbrset", "any_dr", 0.60),
+            _row("gen_a", "idrid", "any_dr", 0.80)]
+    samples = pd.DataFrame(columns=["model", "dataset", "task", "method", "train_dataset", "split", "score", "label"])
+    report = build_report(ReportInputs(pd.DataFrame(rows), pd.DataFrame(), None, MODELS, ["mbrset", "idrid"],
+                                       lambda d: samples))
+    table = next(t for t in report.tables if t.name == "general_vs_ophthalmic").frame.set_index("dataset")
+    mbrset, idrid = table.loc["mbrset"], table.loc["idrid"]
+    assert (mbrset["published_general_minus_ophthalmic"], mbrset["published_general_minus_ophthalmic_reference"]) == (
+        0.162, "gap.mbrset")
+    assert mbrset["difference"] == pytest.approx(0.60 - 0.90)  # the table's own: ophthalmic - general
+    assert mbrset["published_general_minus_ophthalmic_difference"] == pytest.approx((0.90 - 0.60) - 0.162)
+    assert np.isnan(idrid["published_general_minus_ophthalmic"])
+    assert re.search(r'data-reference-id="gap.mbrset"[^>]*>\+0\.162</td>', report.html)
+    section = next(s for s in report.sections if s.name == "general_vs_ophthalmic")
+    assert "general − ophthalmic +0.162" in section.figure.svg.decode()
+    assert "retfound_mae_meh" in " ".join(section.notes)  # what would fill a dataset without ophthalmic encoders
 
 
 # ------------------------------------------------------------------------------ marks on the figures

@@ -76,7 +76,7 @@ def _pipeline_check_groups(fig) -> frozenset[str]:
     hide them with the pipeline-check rows: lines, bars (with their whiskers), points and texts whose label or text
     carries the † (the drawings name every pipeline-check series, point and bar with it), and their legend entries.
     Panel titles, tick labels and the footnote stay."""
-    found = []
+    found = list(getattr(fig, "_focus_checks", []))  # what the drawing tagged itself (`_check`)
     for ax in fig.axes:
         found += [a for a in (*ax.lines, *ax.collections, *ax.patches) if DAGGER in str(a.get_label())]
         found += [t for t in ax.texts if DAGGER in t.get_text()]
@@ -108,6 +108,23 @@ def _legend_entries(legend):
             yield children[0].get_children(), children[1].get_children()[0]
         else:
             boxes += [c for c in children if hasattr(c, "get_children")]
+
+
+def _check(fig, *artists) -> None:
+    """Tag artists drawn for a pipeline-check model whose label cannot say so (an unlabelled point, a bar, a line
+    whose label names a degradation): the page hides them with the pipeline-check rows."""
+    fig.__dict__.setdefault("_focus_checks", []).extend(a for a in artists if a is not None)
+
+
+def _marked_points(fig, ax, xs, ys, ids, check: bool = False) -> None:
+    """Over points drawn otherwise (a line's vertices, a bar's end), invisible points a little wider, each carrying
+    the metric ids of the value it sits on, so that a click there opens their chain; tagged when a pipeline check's."""
+    for x, y, marked in zip(xs, ys, ids):
+        if pd.notna(x) and pd.notna(y) and isinstance(marked, str) and marked.strip():
+            (point,) = ax.plot([x], [y], ls="none", marker="o", ms=7, alpha=0.0, zorder=4)
+            _mark(fig, point, marked)
+            if check:
+                _check(fig, point)
 
 
 def _mark(fig, artist, ids) -> None:
@@ -186,11 +203,7 @@ def draw_spider(fig, table: pd.DataFrame) -> None:
             ring = np.append(values, values[0])  # NaN leaves the outline open on that axis
             ax.plot(np.append(angles, angles[0]), ring, color=family_colour(family, j, len(configs)), lw=1.2,
                     ls="--" if check else "-", marker="o", ms=2.5, label=_two_lines(config))
-            for angle, value, ids in zip(angles, values, rows["metric_id"]):
-                if np.isfinite(value):  # each vertex one metric row: a point, wider than drawn, that carries its id
-                    (point,) = ax.plot([angle], [value], ls="none", marker="o", ms=7, alpha=0.0, zorder=4,
-                                       label=f"_{config}")  # "_": no legend entry; its † tags a pipeline check
-                    _mark(fig, point, ids)
+            _marked_points(fig, ax, angles, values, rows["metric_id"], check)  # each vertex one metric row
         ax.set_xticks(angles)
         ax.set_xticklabels(labels)
         ax.set_ylim(0, 1)
@@ -271,6 +284,7 @@ def draw_general_vs_ophthalmic(fig, table: pd.DataFrame) -> None:
     for domain, marker in (("general", "o"), ("ophthalmic", "s")):
         ax.scatter(table[f"{domain}_mean"], y, marker=marker, s=28, color=DOMAIN_COLOURS[domain], zorder=2,
                    label=f"{domain} vision encoders")
+        _marked_points(fig, ax, table[f"{domain}_mean"], y, table[f"{domain}_metric_ids"])  # a mean over its rows
     start = _data_start(table[["general_mean", "ophthalmic_mean"]])
     for row, yy in zip(table.itertuples(), y):
         if pd.isna(row.general_mean) and pd.isna(row.ophthalmic_mean):
@@ -299,6 +313,7 @@ def draw_task_cliff(fig, table: pd.DataFrame) -> None:
         rows = rows.set_index("task").reindex(TASKS)
         ax.errorbar(x, rows["mean"], yerr=_error_bars(rows), color=family_colour(family), marker="o", ms=4,
                     ls="--" if check else "-", capsize=3, lw=1.3, label=series)
+        _marked_points(fig, ax, x, rows["mean"], rows["metric_ids"], check)
     ax.set_xticks(x)
     ax.set_xticklabels(TASKS)
     ax.set_ylim(_data_start(table[["mean", "ci_low"]]) if len(table) else 0.0, 1.01)
@@ -329,8 +344,11 @@ def draw_mllm(fig, table: pd.DataFrame, published: pd.DataFrame | None = None) -
     for row in table.itertuples():
         size = 25 + 6 * row.size_b if pd.notna(row.size_b) else 25
         marker = "X" if row.pipeline_check else ("s" if row.method == "yes_no_lora" else "o")
-        left.scatter(row.auroc, row.ece, s=size, marker=marker, alpha=0.85,
-                     color=DOMAIN_COLOURS.get(row.domain, DOMAIN_COLOURS_DEFAULT))
+        point = left.scatter(row.auroc, row.ece, s=size, marker=marker, alpha=0.85,
+                             color=DOMAIN_COLOURS.get(row.domain, DOMAIN_COLOURS_DEFAULT))
+        _mark(fig, point, f"{row.auroc_metric_ids} {row.ece_metric_ids}")  # the point: both means' rows
+        if row.pipeline_check:
+            _check(fig, point)
         name = _mllm_name(row)
         size_text = f", {row.size_b:g}B" if pd.notna(row.size_b) else ""
         if pd.notna(row.auroc) and pd.notna(row.ece):
@@ -350,10 +368,13 @@ def draw_mllm(fig, table: pd.DataFrame, published: pd.DataFrame | None = None) -
     _apart(fig, [label for _, label in names_drawn])
     names = [_mllm_name(r) for r in table.itertuples()]
     y = np.arange(len(table))
-    right.barh(y - 0.2, table["fairness_gap"].fillna(0), 0.4, color=family_colour("mllm", 0, 2),
-               label="sex equalized-odds gap")
-    right.barh(y + 0.2, table["quality_gap"].fillna(0), 0.4, color=family_colour("mllm", 1, 2),
-               label="|quality accuracy gap|")
+    for offset, gap, colour, label in ((-0.2, "fairness_gap", 0, "sex equalized-odds gap"),
+                                       (0.2, "quality_gap", 1, "|quality accuracy gap|")):
+        bars = right.barh(y + offset, table[gap].fillna(0), 0.4, color=family_colour("mllm", colour, 2), label=label)
+        for bar, ids, check in zip(bars.patches, table[f"{gap}_metric_ids"], table["pipeline_check"]):
+            _mark(fig, bar, ids)
+            if check:
+                _check(fig, bar)
     for yy, (fair, quality) in enumerate(zip(table["fairness_gap"], table["quality_gap"])):
         for offset, value in ((-0.2, fair), (0.2, quality)):
             if pd.isna(value):
@@ -444,10 +465,14 @@ def draw_transfer(fig, table: pd.DataFrame) -> None:
         mine, shown = frames[model, task], names[model, task]
         grid = mine.pivot_table(index="train_dataset", columns="dataset", values="value", aggfunc="first")
         grid = grid.reindex(index=shown, columns=shown)
+        ids = mine.pivot_table(index="train_dataset", columns="dataset", values="metric_id", aggfunc="first")
+        ids = ids.reindex(index=shown, columns=shown)
         image = ax.imshow(np.ma.masked_invalid(grid.to_numpy(float)), cmap=cmap, vmin=0.0, vmax=1.0)
         for (i, j), value in np.ndenumerate(grid.to_numpy(float)):
-            ax.text(j, i, "–" if np.isnan(value) else f"{value:.2f}", ha="center", va="center", fontsize=SMALL,
-                    color="black" if np.isnan(value) or value > 0.6 else "white")
+            text = ax.text(j, i, "–" if np.isnan(value) else f"{value:.2f}", ha="center", va="center",
+                           fontsize=SMALL, color="black" if np.isnan(value) or value > 0.6 else "white")
+            if not np.isnan(value):
+                _mark(fig, text, ids.iat[i, j])  # a cell's number: its metric row
         ax.set_xticks(range(len(shown)))
         ax.set_xticklabels(shown, rotation=90)
         ax.set_yticks(range(len(shown)))
@@ -474,11 +499,17 @@ def draw_reliability(fig, table: pd.DataFrame) -> None:
         family = rows["family"].iloc[0]
         centres = ((rows["bin_lower"] + rows["bin_upper"]) / 2).to_numpy(float)
         widths = (rows["bin_upper"] - rows["bin_lower"]).clip(lower=0.02).to_numpy(float)
-        ax.bar(centres, rows["positive_rate"].fillna(0), widths * 0.92, color=family_colour(family),
-               hatch="///" if rows["pipeline_check"].iloc[0] else None, edgecolor="white", lw=0.4)
+        check = bool(rows["pipeline_check"].iloc[0])
+        bars = ax.bar(centres, rows["positive_rate"].fillna(0), widths * 0.92, color=family_colour(family),
+                      hatch="///" if check else None, edgecolor="white", lw=0.4)
         ax.plot([0, 1], [0, 1], color="#999999", lw=0.8, ls="--")
-        for centre, count, rate in zip(centres, rows["count"], rows["positive_rate"]):
-            ax.text(centre, (0 if pd.isna(rate) else rate) + 0.02, str(int(count)), ha="center", fontsize=SMALL)
+        for bar, centre, count, rate, ids in zip(bars.patches, centres, rows["count"], rows["positive_rate"],
+                                                 rows["metric_id"]):
+            text = ax.text(centre, (0 if pd.isna(rate) else rate) + 0.02, str(int(count)), ha="center",
+                           fontsize=SMALL)
+            _mark(fig, bar, ids)  # a bin of the ECE whose row it carries
+            if check:
+                _check(fig, bar, text)
         ax.set_xlim(0, 1.02)
         ax.set_ylim(0, 1.1)
         ax.set_xlabel("mean score in bin")
@@ -511,9 +542,13 @@ def draw_robustness(fig, curves: pd.DataFrame) -> None:
             colour = colormaps["tab10"](j % 10)
             for n, (series, line) in enumerate(mine[mine["degradation"] == name].groupby("series", sort=True)):
                 line = line.sort_values("severity")
-                ax.errorbar(line["severity"], line["mean"], yerr=_whiskers(line), color=colour, lw=1.2,
-                            ls="--" if "pipeline check" in series else "-", marker="o", ms=3, capsize=2,
-                            label=name if n == 0 else None)
+                check = "pipeline check" in series
+                drawn = ax.errorbar(line["severity"], line["mean"], yerr=_whiskers(line), color=colour, lw=1.2,
+                                    ls="--" if check else "-", marker="o", ms=3, capsize=2,
+                                    label=name if n == 0 else None)
+                _marked_points(fig, ax, line["severity"], line["mean"], line["metric_ids"], check)
+                if check:
+                    _check(fig, *drawn.get_children())
         ax.set_xticks(range(0, 6))
         ax.set_xlabel("severity (0: clean)")
         if k % columns == 0:
@@ -554,14 +589,24 @@ def draw_lora(fig, deltas: pd.DataFrame, means: pd.DataFrame, published: pd.Data
         for j, domain in enumerate(("in_domain", "out_of_domain")):
             rows = deltas[(deltas["metric"] == metric) & (deltas["domain"] == domain) & deltas["delta"].notna()]
             x = j + rng.uniform(-0.15, 0.15, len(rows))
-            ax.scatter(x, rows["delta"], s=10, alpha=0.6, color=family_colour("mllm", j, 2),
-                       marker="x" if rows["pipeline_check"].any() else "o")
+            checks = rows["pipeline_check"].astype(bool)
+            for check, points in ((False, ~checks), (True, checks)):
+                if points.any():
+                    drawn = ax.scatter(x[points.to_numpy()], rows.loc[points, "delta"], s=10, alpha=0.6,
+                                       color=family_colour("mllm", j, 2), marker="x" if check else "o")
+                    if check:
+                        _check(fig, drawn)
+                    _marked_points(fig, ax, x[points.to_numpy()], rows.loc[points, "delta"],
+                                   rows.loc[points, "metric_id"], check)
             mine = means[(means["metric"] == metric) & (means["domain"] == domain)]
             for s, m in enumerate(mine.sort_values("series").to_dict("records")):  # real models first, then †
                 check = "pipeline check" in m["series"]
                 error = None if pd.isna(m["ci_low"]) else [[m["mean"] - m["ci_low"]], [m["ci_high"] - m["mean"]]]
-                ax.errorbar([j + 0.3 + 0.12 * s], [m["mean"]], yerr=error, fmt="D", ms=4, capsize=3,
-                            color="#888888" if check else "black")
+                drawn = ax.errorbar([j + 0.3 + 0.12 * s], [m["mean"]], yerr=error, fmt="D", ms=4, capsize=3,
+                                    color="#888888" if check else "black")
+                _marked_points(fig, ax, [j + 0.3 + 0.12 * s], [m["mean"]], [m["metric_ids"]], check)
+                if check:
+                    _check(fig, *drawn.get_children())
             mark = published[(published["metric"] == metric) & (published["domain"] == domain)]
             ax.scatter([j - 0.3] * len(mark), mark["value"], s=60, marker="*", facecolors="none",
                        edgecolors="#c23b3b", lw=1.0)

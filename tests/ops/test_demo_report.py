@@ -174,6 +174,9 @@ def test_the_report_in_chromium_every_figure_renders_and_every_number_traces(dem
             images = page.eval_on_selector_all(
                 "figure svg", "svgs => svgs.map(s => [s.getAttribute('aria-label'), s.querySelectorAll('path').length"
                               " > 0, s.getBoundingClientRect().width, s.getBoundingClientRect().height])")
+            marks = page.eval_on_selector_all(
+                "figure svg g[data-metric-id]", "gs => gs.map(g => [g.closest('section').id, "
+                                                "g.getAttribute('data-metric-id')])")
             numbers = page.eval_on_selector_all(
                 "td, span", "cells => cells.filter(c => c.children.length === 0 && "
                             "/^[-+]?[0-9]+([.][0-9]+)?$/.test(c.textContent.trim()))"
@@ -186,6 +189,10 @@ def test_the_report_in_chromium_every_figure_renders_and_every_number_traces(dem
     assert len(images) == len(FIGURES) and all(done and w > 100 and h > 100 for _, done, w, h in images), images
     assert [r for r in requests if not r.startswith(("file:", "data:"))] == []  # nothing from a network
     assert len(numbers) > 50
+    # Every figure's marks carry ids of the tables (a click opens their chain); the coverage counts cite none.
+    marked = {section for section, _ in marks}
+    assert marked == set(FIGURES) - {"coverage"}
+    assert all(set(ids.split()) <= known for _, ids in marks)
     quoted = [reference for _, _, _, reference in numbers if reference]
     assert set(quoted) == set(PUBLISHED)  # the study's values, each citing its reference (the LoRA means quote some
     for text, ids, title, reference in numbers:  # beside ours too)

@@ -22,7 +22,7 @@ def _cliff(low: float, second: float = 0.55) -> pd.DataFrame:
     for series, family, mean in (("vision encoders", "vm", 0.8), ("dual-encoder VLMs", "vlm", second)):
         for task in ("any_dr", "referable_dr", "gon"):
             rows.append({"series": series, "family": family, "task": task, "mean": mean, "ci_low": mean - 0.05,
-                         "ci_high": min(mean + 0.05, 1.0)})
+                         "ci_high": min(mean + 0.05, 1.0), "metric_ids": f"m-{family}-{task}-1 m-{family}-{task}-2"})
     rows[-1]["ci_low"] = low
     return pd.DataFrame(rows)
 

@@ -91,10 +91,13 @@ def main(argv=None) -> dict:
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()  # what a pipeline check costs before its first image: build, save, load
         folder = build_tiny_mllm(Path(tmp) / "model", args.family, seed=0)
         spec = ModelSpec(id=f"tiny_{args.family}", interface="mllm", domain="pipeline-check", family="hf_mllm",
                          source="local", path=str(folder), preprocess=CATALOG["tiny_llava"].preprocess)
         loaded = load_model(spec).to("cpu")
+        build_and_load = time.perf_counter() - started
+        on_disk = sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
         questions = [QuestionBook().question(task, "brset").text for task in TASKS]
         pixels = fundus_pixels(args.images, spec.preprocess.size)
 
@@ -111,6 +114,8 @@ def main(argv=None) -> dict:
     figures = {
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip() + f", torch threads {torch.get_num_threads()}",
         "family": args.family,
+        "build_and_load_s": round(build_and_load, 2),
+        "bytes_on_disk": on_disk,
         "images": len(pixels),
         "questions_per_image": len(TASKS),
         "batched_images_per_s": round(len(pixels) / fast_seconds, 2),
@@ -122,6 +127,7 @@ def main(argv=None) -> dict:
         "max_abs_diff_p_yes_summed": diff_sum,
         "max_abs_diff_p_yes_reference_max": diff_max,
     }
+    print(f"tiny {args.family}: built, saved and loaded in {build_and_load:.2f} s, {on_disk / 2**20:.2f} MiB on disk")
     print(f"tiny {args.family}, {len(pixels)} images x {len(TASKS)} questions (CPU, float32)")
     print(f"  batched single forward  {figures['batched_images_per_s']:>9.2f} images/s")
     print(f"  reference generate loop {figures['reference_images_per_s']:>9.3f} images/s "

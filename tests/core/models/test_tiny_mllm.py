@@ -9,7 +9,6 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -248,14 +247,12 @@ def test_builds_are_deterministic_per_seed(family, tmp_path):
     assert (first / "tokenizer.json").read_bytes() == (other / "tokenizer.json").read_bytes()  # seed is weights only
 
 
-def test_small_and_fast(built, tmp_path):
-    family, _, _, _ = built  # the module fixture has already paid the one-off import cost
-    start = time.perf_counter()
+def test_small_on_disk(built, tmp_path):
+    """A pipeline-check model stays a small artifact (how long it takes to build and load is bench/mllm.py's)."""
+    family, _, _, _ = built
     folder = build_tiny_mllm(tmp_path / family, family)
     load(folder)
-    elapsed = time.perf_counter() - start
     size = sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
-    assert elapsed < 5.0, f"{family}: build + load took {elapsed:.2f} s"
     assert size < 2 * 1024 * 1024, f"{family}: {size} bytes on disk"
 
 

@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--schedule", choices=("linear", "constant"), default="constant")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the look-alike, the tiny model, the training order and the shuffled labels")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -55,19 +57,19 @@ def run(tmp: Path, args) -> dict:
     from focus_dagster.models.registry import load_model
     from focus_dagster.models.tiny_mllm import build_tiny_mllm
 
-    training, question, held_out, y = _study(tmp, args.dataset, args.records, args.task)
-    spec = replace(CATALOG["tiny_llava"], path=str(build_tiny_mllm(tmp / "model", "llava", seed=0)))
+    training, question, held_out, y = _study(tmp, args.dataset, args.records, args.task, args.seed)
+    spec = replace(CATALOG["tiny_llava"], path=str(build_tiny_mllm(tmp / "model", "llava", seed=args.seed)))
     base_scores = _scores(load_model(spec).to("cpu"), held_out, question)
     settings = LoraSettings(learning_rate=args.lr, epochs=args.epochs, micro_batch=8, accumulation=2,
-                            checkpoint_every=0, lr_schedule=args.schedule)
+                            checkpoint_every=0, lr_schedule=args.schedule, seed=args.seed)
     answers = [answer for *_, answer in training.rows]
-    figures = {"dataset": args.dataset, "records": args.records, "task": args.task,
+    figures = {"dataset": args.dataset, "records": args.records, "task": args.task, "seed": args.seed,
                "train_images": len(answers), "train_positives": training.positives,
                "held_out_images": len(y), "held_out_positives": int(y.sum()), "settings": settings.as_dict()}
     print(f"tiny_llava on the {args.dataset} look-alike ({args.records} records), {args.task}: {len(answers)} training "
           f"images ({training.positives} positive), {len(y)} held out ({int(y.sum())} positive); lr {args.lr} "
           f"({args.schedule}), {args.epochs} epochs, effective batch 16")
-    shuffled = list(np.random.default_rng(1).permutation(answers))
+    shuffled = list(np.random.default_rng(args.seed + 1).permutation(answers))
     for name, labels in (("true labels", answers), ("shuffled labels", shuffled)):
         # A fresh load for each adapter: an applied adapter stays in the model it was applied to.
         row = figures[name] = _adapted(load_model(spec).to("cpu"), training, labels, held_out, y, base_scores, question, settings,
@@ -78,7 +80,7 @@ def run(tmp: Path, args) -> dict:
     return figures
 
 
-def _study(tmp: Path, dataset: str, records: int, task: str):
+def _study(tmp: Path, dataset: str, records: int, task: str, seed: int = 0):
     """The training set, the question and the held-out images with their labels, as the platform makes them."""
     from focus_dagster.adapter_plan import training_set
     from focus_dagster.datasets import read_dataset
@@ -86,7 +88,7 @@ def _study(tmp: Path, dataset: str, records: int, task: str):
     from focus_dagster.questions import question_book
     from focus_dagster.synthetic import synthesize
 
-    synthesize(tmp / "data", [dataset], per_dataset=records, seed=0)
+    synthesize(tmp / "data", [dataset], per_dataset=records, seed=seed)
     read = read_dataset(dataset, tmp / "data" / dataset)
     labels = harmonise(dataset, read.records, read.quarantine, root=read.root).labels
     (question,) = question_book(None).for_dataset(dataset, [task])

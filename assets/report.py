@@ -18,7 +18,8 @@ PREVIEW_WIDTH = 900  # pixels of the figure previews in the UI (the files keep 1
 ARENA_DESCRIPTION = (
     "The arena report: one self-contained HTML page (figures embedded, nothing fetched from a network) with a PNG "
     "per figure and a CSV per table, in the artifact store at "
-    f"`{layout.ARENA_REPORT_PAGE}`. Spider plots of six configurations per family (the most axes filled, then AUROC) on AUROC, AUPRC, accuracy, "
+    f"`{layout.ARENA_REPORT_PAGE}`. Spider plots of six configurations per family (the most axes filled, then "
+    "AUROC) on AUROC, AUPRC, accuracy, "
     "1 - ECE, fairness, image-quality robustness (every dataset) and the publisher-graded quality gap; method means "
     "per family and task with intervals; general vs ophthalmic vision encoders; the task cliff; multimodal LLMs' "
     "AUROC vs ECE by size and medical vs general; the cross-dataset transfer matrix; reliability diagrams; "

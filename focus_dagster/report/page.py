@@ -339,7 +339,8 @@ SPIDER_SCRIPT = """
   const plot = document.getElementById("spider-own"), checks = document.getElementById("pipeline-checks");
   const NS = plot.namespaceURI;
   const cx = 240, cy = 200, radius = 140, n = spider.axes.length, picked = [];
-  const at = (k, v) => [cx + radius * v * Math.sin(2 * Math.PI * k / n), cy - radius * v * Math.cos(2 * Math.PI * k / n)];
+  const at = (k, v) => [cx + radius * v * Math.sin(2 * Math.PI * k / n),
+                        cy - radius * v * Math.cos(2 * Math.PI * k / n)];
   const svg = (name, attributes, text) => {
     const element = document.createElementNS(NS, name);
     for (const [key, value] of Object.entries(attributes)) element.setAttribute(key, value);
@@ -347,16 +348,19 @@ SPIDER_SCRIPT = """
     return element;
   };
   const options = () => {
-    select.replaceChildren(new Option(picked.length < colours.length ? "add a configuration…" : "(as many as there are colours)", ""));
+    const full = picked.length >= colours.length;
+    select.replaceChildren(new Option(full ? "(as many as there are colours)" : "add a configuration…", ""));
     for (const [family, name] of Object.entries(spider.families)) {
       const group = document.createElement("optgroup");
       group.label = name;
       spider.configurations.forEach((c, i) => {
-        if (c.family === family && !picked.includes(i) && (checks.checked || !c.check)) group.append(new Option(c.label, i));
+        if (c.family === family && !picked.includes(i) && (checks.checked || !c.check)) {
+          group.append(new Option(c.label, i));
+        }
       });
       if (group.children.length) select.append(group);
     }
-    select.disabled = picked.length >= colours.length;
+    select.disabled = full;
   };
   const draw = () => {
     plot.replaceChildren();
@@ -367,7 +371,8 @@ SPIDER_SCRIPT = """
     spider.axes.forEach((label, k) => {
       const [x, y] = at(k, 1), [tx, ty] = at(k, 1.16);
       plot.append(svg("line", {x1: cx, y1: cy, x2: x, y2: y, stroke: "#ddd"}));
-      plot.append(svg("text", {x: tx, y: ty, "text-anchor": "middle", "dominant-baseline": "middle", "font-size": 13}, label));
+      plot.append(svg("text", {x: tx, y: ty, "text-anchor": "middle", "dominant-baseline": "middle",
+                               "font-size": 13}, label));
     });
     if (!picked.length) {
       plot.append(svg("text", {x: cx, y: cy, "text-anchor": "middle", "font-size": 13, fill: "#666"},
@@ -393,7 +398,8 @@ SPIDER_SCRIPT = """
         group.append(point);
       });
       plot.append(group);
-      const item = document.createElement("li"), swatch = document.createElement("span"), remove = document.createElement("button");
+      const item = document.createElement("li"), swatch = document.createElement("span");
+      const remove = document.createElement("button");
       swatch.className = "swatch";
       swatch.style.background = colour;
       remove.type = "button";
@@ -408,7 +414,9 @@ SPIDER_SCRIPT = """
   select.addEventListener("change", () => { if (select.value !== "") picked.push(Number(select.value)); update(); });
   document.getElementById("spider-clear").addEventListener("click", () => { picked.length = 0; update(); });
   checks.addEventListener("change", () => {
-    if (!checks.checked) for (let j = picked.length - 1; j >= 0; j--) if (spider.configurations[picked[j]].check) picked.splice(j, 1);
+    for (let j = picked.length - 1; j >= 0; j--) {  // hidden pipeline checks leave the picked spider too
+      if (!checks.checked && spider.configurations[picked[j]].check) picked.splice(j, 1);
+    }
     update();
   });
   update();

@@ -46,8 +46,9 @@ also knows the group metrics positive_rate, tpr, fpr);
 Leave-one-out AUROC ignores ``min_positives`` (a value is needed for the acceleration even when a group
 drops to 4 positives).
 
-The tables' intervals: ``interval(name, point, replicates, y, s)`` by the metric's chosen method (below), and
-``signed_difference`` for the signed two-group difference.
+The tables' intervals: ``interval(name, point, replicates, y, s)`` by the metric's chosen method (below),
+``signed_difference`` for the signed two-group difference and ``gap_interval`` for the max-min gaps, the
+equalized-odds gap and the worst-group AUROC.
 
 Choice per metric (``CHOICE``). Evidence: ``bench/coverage.py`` (results and the full table in
 ``bench/results/coverage_cpu_2core.md`` / ``.json``): known truth, 500 datasets per cell, 1000 stratified
@@ -331,6 +332,17 @@ def signed_difference(name: str, points, replicates, samples, *, threshold: floa
         return group_jackknife(lambda v: v[:, 0] - v[:, 1], [a, b], jackknives), strata
 
     return _by_method(CHOICE["signed_gap"], point, replicates, alpha, SIGNED_RANGE, influence)
+
+
+def gap_interval(name: str, point, replicates, *, alpha: float = 0.05) -> Pair:
+    """The interval of a gap over groups (``max_min_gap``, ``equalized_odds_gap``, ``worst_group_auroc``) by the
+    method of ``CHOICE[name]`` from its ``replicates`` (the gap on each shared resample, NaN where undefined).
+    These gaps have no jackknife here, so a CHOICE of BCa for one of them is refused."""
+    def influence():
+        raise ValueError(f"intervals.CHOICE[{name!r}] is 'bca', but a gap over groups has no jackknife: "
+                         f"choose one of {sorted(set(METHODS) - {'bca'})}")
+
+    return _by_method(CHOICE[name], point, replicates, alpha, UNIT_RANGE, influence)
 
 
 def _by_method(method: str, point, replicates, alpha: float, bounds: tuple[float, float],

@@ -246,6 +246,8 @@ def group_rows(config: dict, attribute: Attribute, frame: pd.DataFrame, resample
 def gap_rows(config, axis, attribute, fitted: dict, samples: dict, signed, n_total, frame) -> list:
     """The gap rows of an attribute from its usable groups' values (`fitted`: group -> `_group_points`) and
     images (`samples`: group -> (labels, scores))."""
+    from focus_dagster.evaluation.intervals import gap_interval
+
     n_pos = int(frame["label"].sum())
     if signed is not None:
         if not all(g in fitted for g in signed):
@@ -268,17 +270,18 @@ def gap_rows(config, axis, attribute, fitted: dict, samples: dict, signed, n_tot
         defined = [p for p in points if p is not None]
         point = max(defined) - min(defined) if len(defined) == len(points) else None
         reason = None if point is not None else f"{metric} undefined in some group"
-        low, high = _percentiles(replicates)
+        low, high = gap_interval("max_min_gap", point, replicates)
         rows.append(_row(config, axis, f"{metric}_gap", f"{attribute}:max-min", point, low, high, n_total, n_pos,
                          reason))
     tpr_gap, fpr_gap = rows[GROUP_METRICS.index("tpr")]["value"], rows[GROUP_METRICS.index("fpr")]["value"]
     eo = max(tpr_gap, fpr_gap) if tpr_gap is not None and fpr_gap is not None else None
-    low, high = _shifted(eo, np.maximum(gaps["tpr"], gaps["fpr"]))
+    low, high = gap_interval("equalized_odds_gap", eo, np.maximum(gaps["tpr"], gaps["fpr"]))
     rows.append(_row(config, axis, "equalized_odds_gap", f"{attribute}:max-min", eo, low, high, n_total, n_pos,
                      None if eo is not None else "TPR or FPR undefined in some group"))
     aurocs = [fitted[g]["auroc"][0] for g in fitted]
     worst = min(aurocs) if all(a is not None for a in aurocs) else None
-    low, high = _percentiles(np.vstack([fitted[g]["auroc"][2] for g in fitted]).min(axis=0))
+    worst_replicates = np.vstack([fitted[g]["auroc"][2] for g in fitted]).min(axis=0)
+    low, high = gap_interval("worst_group_auroc", worst, worst_replicates)
     rows.append(_row(config, axis, "worst_group_auroc", attribute, worst, low, high, n_total, n_pos,
                      None if worst is not None else "AUROC undefined in some group"))
     if len(fitted) == 2:  # two groups: the signed difference too, whose interval can tell "no effect" (0 inside)
@@ -298,23 +301,6 @@ def _difference_row(config, axis, metric, attribute, pair, fitted, samples, n_to
     low, high = signed_difference(metric, (a, b), a_replicates - b_replicates, [samples[g] for g in pair])
     return _row(config, axis, f"{metric}_gap", f"{attribute}:{pair[0]}-{pair[1]}", point, low, high, n_total,
                 n_pos, None if point is not None else f"{metric} undefined in a group")
-
-
-def _shifted(point, replicates: np.ndarray):
-    """The equalized-odds gap's interval: percentile moved by the bootstrap bias (intervals.CHOICE)."""
-    from focus_dagster.evaluation.intervals import UNIT_RANGE, shifted
-
-    return shifted(point, replicates, bounds=UNIT_RANGE)
-
-
-def _percentiles(replicates: np.ndarray, alpha: float = 0.05):
-    from focus_dagster.evaluation.intervals import linear_quantiles, sorted_finite
-
-    finite = sorted_finite(replicates)
-    if finite.size == 0:
-        return None, None
-    low, high = linear_quantiles(finite, [alpha / 2, 1 - alpha / 2])  # np.quantile's arithmetic, one sort
-    return float(low), float(high)
 
 
 # ------------------------------------------------------------------------------------------------- attributes

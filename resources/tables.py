@@ -7,7 +7,8 @@ atomic step however many tables it writes:
 2. `stamps`: its lineage stamps to `lineage/stamps/<commit>.parquet`;
 3. `owners`: each table partition's `CURRENT.json` names the *owner* pointer that holds its current file, written
    only when the owner changes (the first write of a partition, or another writer taking it over), keeping the
-   file the old owner named as `previous` until the new owner's pointer lands;
+   file the old owner named as `previous` until the new owner's pointer lands (and, as `stale`, the file the new
+   owner's pointer still names from before it lost the partition, which readers never take for the new one);
 4. `pointer`: the owner pointer, in one atomic step (a rename on a local disk, one PUT on an object store), names
    every file of the commit: `lineage/current/<asset>/<partition>.json` for the asset partition that wrote them
    (with its stamp), `lineage/unstamped/<key>.json` for a commit without lineage. This is the commit point.
@@ -90,6 +91,7 @@ class TableStore:
         for table, partition, _ in writes:
             self._collect(table.qualified, partition, self.path(files[_entry(table.qualified, partition)]))
         self._sweep_partials(f"{self.root}/lineage/stamps")
+        self._sweep_partials(os.path.dirname(owner))  # a writer killed while writing this owner pointer
         self._reached("collect")
         return [table.qualified for table, _, _ in writes]
 
@@ -111,9 +113,10 @@ class TableStore:
         if pointer.get("owner") == relative:
             return
         previous = self._resolve(table, partition, pointer, {})
+        stale = ((self._read_json(owner) or {}).get("files") or {}).get(_entry(table, partition))
         self._put(self._pointer_path(table, partition), json.dumps({
             "owner": relative, "previous": previous and self._relative(previous["file"]),
-            "previous_stamp_id": previous and previous["stamp_id"]}).encode())
+            "previous_stamp_id": previous and previous["stamp_id"], "stale": stale}).encode())
 
     def edit(self, table: str, partition: str | None, frame: pd.DataFrame) -> None:
         """Replace a partition's rows in place, its lineage unchanged (what an UPDATE was): for repairs and for
@@ -225,7 +228,8 @@ class TableStore:
     def _resolve(self, table: str, partition: str | None, pointer: dict, owners: dict) -> dict | None:
         """The current file and stamp id of a table partition from its `CURRENT.json` content, reading its owner
         pointer through `owners` (path -> content, filled on first read): the owner's file once the owner names
-        the partition, the previous owner's until then."""
+        the partition (a file other than the `stale` one it named before it claimed it), the previous owner's until
+        then."""
         if "file" in pointer and "owner" not in pointer:  # a pointer written before owner pointers
             return {"file": self.path(pointer["file"]), "stamp_id": pointer.get("stamp_id")}
         if "owner" not in pointer:
@@ -234,7 +238,7 @@ class TableStore:
         if owner not in owners:
             owners[owner] = self._read_json(self.path(owner))
         named = ((owners[owner] or {}).get("files") or {}).get(_entry(table, partition))
-        if named:
+        if named and named != pointer.get("stale"):
             return {"file": self.path(named), "stamp_id": owners[owner].get("stamp_id")}
         if pointer.get("previous"):
             return {"file": self.path(pointer["previous"]), "stamp_id": pointer.get("previous_stamp_id")}

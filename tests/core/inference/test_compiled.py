@@ -240,6 +240,23 @@ def test_a_leak_into_the_neighbouring_feature_is_refused_in_bf16(monkeypatch, wh
         assert result.min_cosine > BF16_CEILING["min_cosine"] and result.max_relative < BF16_CEILING["max_relative"]
 
 
+def test_a_two_percent_leak_is_refused_on_the_model_where_it_comes_closest(monkeypatch):
+    """EfficientNet-Lite0 with its real weights, compiled whole: bf16 rounds its rows the most of the models measured
+    (eager bf16 is 3.3e-2 in row angle from float32, mostly the weights' own rounding, which a compiled forward shares)
+    and a 2% leak at its rows comes closest to the tolerance (1.67 times it,
+    bench/results/compiled_bf16_tolerance_cpu_2core.json). A tolerance measured as eager bf16 against float32 would
+    let the leak through here."""
+    from focus_dagster.models.catalog import CATALOG
+    from focus_dagster.models.registry import load_encoder
+
+    encoder = load_encoder(CATALOG["efficientnet_lite0"]).to("cpu")
+    monkeypatch.setattr(torch, "compile", lambda forward, **kwargs: Leaky(forward, 0.02))
+    result = compile_encoder(encoder.embed, encoder.modules, encoder.spec.preprocess, "cpu", mode="whole",
+                             dtype="bfloat16")
+    assert (result.mode, result.check_dtype) == ("eager", "bfloat16") and result.forward is encoder.embed
+    assert result.max_relative > result.tolerance["max_relative"]
+
+
 @pytest.mark.parametrize("how", ["stored", "unrounded"])
 def test_blocks_rounding_honestly_at_other_points_pass_in_bf16(monkeypatch, how):
     model = tiny_vit()

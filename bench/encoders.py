@@ -190,7 +190,8 @@ def gpu_vit_large(device: str, items, decoder: Decoder, modes=("off", "blocks", 
         flops_per_image = vit_flops(model, tokens=197)
         forward = compile_encoder(model, [model], preprocess, device, mode=mode, batch_size=max(batches))
         row = {"forward": forward.mode, "compile_s": forward.seconds, "min_cosine": forward.min_cosine,
-               "max_relative": forward.max_relative, "attention": forward.attention, "reason": forward.reason,
+               "max_relative": forward.max_relative, "tolerance": forward.tolerance, "rounding": forward.rounding,
+               "attention": forward.attention, "reason": forward.reason,
                "by_batch": {}}
         for batch in batches:
             rate = model_alone(forward.forward, preprocess, device, batch, seconds=seconds)

@@ -440,14 +440,21 @@ def model_input(pixels, device: str, preprocess: Preprocess | None = None):
     return pixels.contiguous(memory_format=torch.channels_last)
 
 
-def _autocast(device: str):
+def compute_dtype(device: str) -> str:
+    """The dtype a batch's matrix products run in on `device`: bf16 autocast on CUDA, float32 on a CPU."""
+    return "bfloat16" if device.startswith("cuda") else "float32"
+
+
+def _autocast(device: str, dtype: str | None = None):
+    """Autocast to `dtype` (default: `compute_dtype(device)`) on the device's type; float32 runs as it is."""
     import contextlib
 
     import torch
 
-    if device.startswith("cuda"):
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+    dtype = dtype or compute_dtype(device)
+    if dtype == "float32":
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=getattr(torch, dtype))
 
 
 def _remove_stale_shards(work_dir: Path, keys: list[str]) -> None:

@@ -1,7 +1,7 @@
 """Does LoRA on the seeded tiny LLaVA learn a look-alike's lesions? Adapted vs base on the held-out split.
 
 Usage: .venv/bin/python bench/lora_learning.py [--dataset idrid] [--records 500] [--task referable_dr]
-       [--epochs 20] [--lr 3e-3] [--schedule constant] [--json FILE]
+       [--epochs 20] [--lr 3e-3] [--schedule constant] [--seed 0 | --seeds 0,1,2] [--json FILE]
 
 The platform's path, as tests/core/lora/test_lora_look_alike.py takes it: the dataset's look-alike (`focus_dagster.synthetic`),
 its reader, label rule and split (`harmonise`), the question `yes_no_questions` renders, the training set of
@@ -11,6 +11,9 @@ micro-batch 8 x 2), the first-token yes/no scorer on the test split, and the pai
 same labels shuffled within the training split. A fine-tune that finds the lesions shows an AUROC delta whose
 interval excludes zero with the true labels and not with the shuffled ones. Prints, for each, the loss from first
 to last step, AUROC base -> adapted and the delta with its 95% interval and p.
+
+`--seeds` runs the whole study once per seed and adds a summary: per labelling, the mean delta, its spread and how
+many seeds' intervals lie above zero, so a conclusion drawn from one seed can be read against the others.
 
 The BRSET look-alike draws women's lesions at 45% contrast (its planted fairness effect; most of its patients
 are women), so at the tiny model's 32 px most of its positives are faint: compare `--dataset brset`.
@@ -43,12 +46,45 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--schedule", choices=("linear", "constant"), default="constant")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the look-alike, the tiny model, the training order and the shuffled labels")
+    parser.add_argument("--seeds", help="comma-separated seeds: the study once per seed, with a summary across them")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        figures = run(Path(tmp), args)
-    save(args.json, figures)
+    if args.seeds is None:
+        save(args.json, _one_seed(args))
+        return 0
+    seeds = [int(seed) for seed in args.seeds.split(",")]
+    runs = []
+    for seed in seeds:  # the figures so far are written after each seed: a run cut short keeps what it measured
+        runs.append(_one_seed(replace_seed(args, seed)))
+        figures = {"seeds": [r["seed"] for r in runs], "of_seeds": seeds, "summary": across_seeds(runs), "runs": runs}
+        save(args.json, figures)
+    for name, row in figures["summary"].items():
+        print(f"{name:<16} over {row['seeds']} seeds: mean delta {row['mean_delta']:+.3f} (sd {row['sd_delta']:.3f}, "
+              f"{row['min_delta']:+.3f} to {row['max_delta']:+.3f}); interval above zero on {row['above_zero']} seed(s)")
     return 0
+
+
+def _one_seed(args) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        return run(Path(tmp), args)
+
+
+def replace_seed(args, seed: int) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(args), "seed": seed})
+
+
+def across_seeds(runs: list[dict]) -> dict:
+    """Per labelling (true, shuffled): how the AUROC delta varies over the seeds, and on how many seeds the paired
+    interval lies wholly above zero."""
+    summary = {}
+    for name in ("true labels", "shuffled labels"):
+        deltas = np.array([r[name]["delta"] for r in runs])
+        summary[name] = {"seeds": len(runs), "mean_delta": float(deltas.mean()),
+                         "sd_delta": float(deltas.std(ddof=1)) if len(runs) > 1 else 0.0,
+                         "min_delta": float(deltas.min()), "max_delta": float(deltas.max()),
+                         "above_zero": int(sum(r[name]["ci_low"] > 0 for r in runs)),
+                         "deltas": {str(r["seed"]): round(r[name]["delta"], 4) for r in runs}}
+    return summary
 
 
 def run(tmp: Path, args) -> dict:

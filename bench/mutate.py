@@ -17,17 +17,21 @@ counts, and each mutant that was not killed with its file:line, description and 
 description is listed in ``bench/results/mutation_equivalents.md`` under its module is marked equivalent with the
 reason written there; every other survivor is an open gap.
 
-mutmut mutates function bodies only, and selects a mutant at call time. A module whose functions are called while
-it is imported (the refresh conditions are built when ``assets.automation`` loads) is marked ``fresh``: each of
-its mutants runs its tests in a new interpreter started with the mutant already selected, so the conditions the
-graph holds are the mutant's. Its module-level expressions are not mutated at all; the tests of those are the
-graph's own (tests/graph/test_refresh.py, tests/ops/test_refresh_daemon.py).
+mutmut mutates function bodies only, selects a mutant at call time in a process forked after the modules were
+imported, and runs only the tests it saw calling the mutated function. Two things escape that: a function run
+while its module is imported (the DR rules' task functions are built when ``labels.rules`` builds RULES, the refresh
+conditions when ``assets.automation`` loads), and a test that reads a module-scoped fixture another test built
+(the harmonised look-alikes). So every mutant mutmut did not kill is confirmed: all of the target's test files run
+in a new interpreter started with the mutant selected, and that verdict stands. A target marked ``fresh`` (the
+refresh conditions) runs every mutant that way. Module-level expressions (the rules' lambdas in RULES, the
+conditions' constants) are not mutated at all: their tests are the label and refresh tests, not this score.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
 import json
 import os
 import platform
@@ -40,6 +44,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,7 +60,7 @@ class Target:
     key: str
     path: str
     tests: tuple[str, ...]
-    fresh: bool = False  # each mutant in a new interpreter (functions called at import time)
+    fresh: bool = False  # every mutant in a new interpreter (functions called at import time)
     mutmut: dict = field(default_factory=dict)  # extra [tool.mutmut] settings of this target
 
 
@@ -141,19 +146,32 @@ def prepare(target: Target) -> Path:
 
 def child_env() -> dict:
     env = dict(os.environ, DAGSTER_DISABLE_TELEMETRY="1", TQDM_DISABLE="1", OMP_NUM_THREADS="1",
-               MKL_NUM_THREADS="1")
+               MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")  # mutmut's progress line as it is drawn
     env.pop("PYTHONPATH", None)  # the mutated copy must be the only focus_dagster on the path
     env.pop("MUTANT_UNDER_TEST", None)
     return env
 
 
-def run_mutmut(target: Target, work: Path, deadline: float) -> str:
-    """``mutmut run`` in the target's folder until it ends or the budget does (then interrupted: mutmut keeps
-    what it finished). Returns how it ended."""
+def tests_fingerprint(target: Target) -> str:
+    """A hash of the target's test files and the shared test code: when it changes, the mutants that survived
+    are tested again (mutmut itself retests only the mutants of functions whose code changed)."""
+    digest = hashlib.sha256()
+    for path in sorted({*target.tests, "tests/conftest.py", *(str(p.relative_to(REPO))
+                                                            for p in (REPO / "tests" / "support").glob("*.py"))}):
+        digest.update(path.encode() + b"\0" + (REPO / path).read_bytes())
+    return digest.hexdigest()
+
+
+def run_mutmut(target: Target, work: Path, deadline: float, names: list[str] | None = None) -> str:
+    """``mutmut run`` in the target's folder (only the mutants ``names``, when given) until it ends or the budget
+    does (then interrupted: mutmut keeps what it finished). Returns how it ended."""
     mutmut = Path(sys.executable).with_name("mutmut")
-    command = ["nice", "-n", "10", str(mutmut), "run", "--max-children", "1"]
+    command = ["nice", "-n", "10", str(mutmut), "run", "--max-children", "1", *(names or [])]
+    # SIGINT back to its default in mutmut: a shell without job control starts background commands with it
+    # ignored, and mutmut stops cleanly on KeyboardInterrupt only.
     process = subprocess.Popen(command, cwd=work, env=child_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT)
+                               stderr=subprocess.STDOUT,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
     # mutmut redraws one status line with carriage returns: a thread reads the raw bytes as they come.
     received: list[bytes] = []
     reader = threading.Thread(target=lambda: received.extend(iter(lambda: os.read(process.stdout.fileno(), 65536),
@@ -194,9 +212,9 @@ def run_mutmut(target: Target, work: Path, deadline: float) -> str:
             log(f"{target.key}: budget spent, stopping mutmut (finished mutants are kept)")
             process.send_signal(signal.SIGINT)
             outcome = "stopped by the budget"
-            deadline = now + 60
+            deadline = now + 30
         elif now >= deadline:
-            process.kill()
+            process.kill()  # mutmut records each mutant's result as it comes: nothing finished is lost
         if now - last_log >= 20:
             last_log = now
             if first and done > first[1]:
@@ -226,15 +244,16 @@ def mutmut_results(target: Target, work: Path) -> dict[str, str]:
         os.chdir(here)
 
 
-def run_fresh(target: Target, work: Path, deadline: float) -> tuple[dict[str, str], str]:
-    """Each mutant's tests in a new interpreter started with the mutant selected (mutmut's own run has generated
-    them). Results are kept in the target's folder, so a run cut short resumes."""
+def run_fresh(target: Target, work: Path, deadline: float, names: list[str]) -> tuple[dict[str, str], str]:
+    """The tests of each mutant of ``names`` in a new interpreter started with the mutant selected (mutmut's own
+    run has generated them), so that what the module builds while it is imported is the mutant's. Results are
+    kept in the target's folder (until the module or its tests change), so a run cut short resumes."""
     state_file = work / "fresh_results.json"
-    source_hash = __import__("hashlib").sha256((REPO / target.path).read_bytes()).hexdigest()
+    source_hash = hashlib.sha256((REPO / target.path).read_bytes()).hexdigest() + tests_fingerprint(target)
     state = json.loads(state_file.read_text()) if state_file.exists() else {}
     if state.get("source") != source_hash:
         state = {"source": source_hash, "status": {}}
-    names = sorted(mutmut_results(target, work))
+    names = sorted(names)
     todo = [name for name in names if name not in state["status"]]
     started = time.monotonic()
     outcome = "complete"
@@ -338,6 +357,13 @@ def _matches(description: str, pattern: str) -> bool:
     return re.fullmatch(".*".join(re.escape(part) for part in pattern.split("*")), description, re.DOTALL) is not None
 
 
+def _equivalent(target: Target, work: Path, name: str, known: dict[str, str]) -> bool:
+    """Whether the equivalents file explains mutant ``name`` (its description matches an entry)."""
+    cls, function = function_of(name)
+    _, description = locate((REPO / target.path).read_text(), diff_of(work, name, target.path), cls, function)
+    return any(_matches(description, pattern) for pattern in known)
+
+
 def summarise(target: Target, work: Path, statuses: dict[str, str], equivalents: dict[str, str]) -> dict:
     source = (REPO / target.path).read_text()
     counts = {status: 0 for status in STATUSES}
@@ -398,25 +424,39 @@ def main() -> int:
         t0 = time.monotonic()
         log(f"{target.key}: mutmut on {target.path} with {len(target.tests)} test file(s); "
             f"budget left {minutes(deadline - t0)}")
+        fingerprint, recorded = tests_fingerprint(target), work / "tests.sha256"
         outcome = run_mutmut(target, work, deadline)
         statuses = mutmut_results(target, work)
+        if not target.fresh and outcome == "complete" and recorded.exists() and recorded.read_text() != fingerprint:
+            known = equivalents.get(target.path, {})
+            again = [name for name, status in statuses.items() if status not in ("killed", "not checked")
+                     and not _equivalent(target, work, name, known)]
+        else:
+            again = []
+        if again:
+            log(f"{target.key}: the tests changed since the last run: testing the {len(again)} mutants neither "
+                f"killed nor listed as equivalent again")
+            outcome = run_mutmut(target, work, deadline, again)
+            statuses = mutmut_results(target, work)
+        if outcome == "complete":
+            recorded.write_text(fingerprint)
         if target.fresh and not outcome.startswith("mutmut exited"):
-            statuses, outcome = run_fresh(target, work, deadline)
+            statuses, outcome = run_fresh(target, work, deadline, list(statuses))
+        elif outcome == "complete":
+            known = equivalents.get(target.path, {})
+            again = [name for name, status in statuses.items() if status in ("survived", "no tests")
+                     and not _equivalent(target, work, name, known)]
+            if again:
+                log(f"{target.key}: confirming the {len(again)} mutants not killed nor listed as equivalent, each "
+                    f"with all of the target's tests in a new interpreter")
+                fresh, outcome = run_fresh(target, work, deadline, again)
+                statuses.update({name: status for name, status in fresh.items() if status != "not checked"})
         summary = summarise(target, work, statuses, equivalents.get(target.path, {}))
         summary.update(seconds=round(time.monotonic() - t0, 1), run=outcome,
                        date=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         modules[target.key] = summary
         ran.append(target.key)
-    result = {"command": "python bench/mutate.py " + " ".join(sys.argv[1:]),
-              "tool": "mutmut " + __import__("importlib.metadata").metadata.version("mutmut"),
-              "machine": f"CPU, {os.cpu_count()} cores, Python {platform.python_version()}, one mutmut worker (nice 10)",
-              "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "budget_s": args.budget, "elapsed_s": round(time.monotonic() - begun, 1), "ran": ran,
-              "score": "(killed + timeout) / (checked - equivalent); a survivor without an entry in "
-                       "bench/results/mutation_equivalents.md is an open gap",
-              "modules": modules}
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
+        write_results(args, begun, ran, modules)  # after each module: a run stopped later keeps it
     print()
     print(f"{'module':28s} {'killed':>6s} {'surv.':>6s} {'equiv.':>6s} {'timeout':>7s} {'no test':>7s} "
           f"{'unchkd':>6s} {'total':>6s} {'score':>6s}  last run")
@@ -428,6 +468,19 @@ def main() -> int:
     print(f"\n{args.json.relative_to(REPO) if args.json.is_relative_to(REPO) else args.json}: the surviving "
           f"mutants with file:line and diff; open gaps: {sum(modules[k]['open_gaps'] for k in ran)} in this run")
     return 0
+
+
+def write_results(args, begun: float, ran: list, modules: dict) -> None:
+    result = {"command": "python bench/mutate.py " + " ".join(sys.argv[1:]),
+              "tool": "mutmut " + metadata.version("mutmut"),
+              "machine": f"CPU, {os.cpu_count()} cores, Python {platform.python_version()}, one worker at nice 10",
+              "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "budget_s": args.budget, "elapsed_s": round(time.monotonic() - begun, 1), "ran": ran,
+              "score": "(killed + timeout) / (checked - equivalent); a survivor without an entry in "
+                       "bench/results/mutation_equivalents.md is an open gap",
+              "modules": modules}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":

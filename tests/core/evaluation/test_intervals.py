@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from statistics import NormalDist
 
+from sklearn.metrics import accuracy_score, f1_score, recall_score
+
 import numpy as np
 import pytest
 import scipy.stats
@@ -304,3 +306,117 @@ def test_coverage_ece_at_zero_only_the_reflected_interval_reaches_the_truth():
 def test_choice_names_known_methods():
     assert set(iv.CHOICE.values()) <= set(iv.METHODS)
     assert {"auroc", "ece", "max_min_gap", "signed_gap"} <= set(iv.CHOICE)
+
+
+# ------------------------------------------------------------------------- edges the mutation run found open
+
+
+def _without_each(score, y, s) -> np.ndarray:
+    """``score(y without i, s without i)`` for every image i, NaN where it raises or is undefined."""
+    out = []
+    for i in range(len(y)):
+        keep = np.arange(len(y)) != i
+        try:
+            value = score(y[keep], s[keep])
+        except ValueError:
+            value = np.nan
+        out.append(np.nan if value is None else value)
+    return np.array(out, dtype=float)
+
+
+def test_the_jackknife_of_a_thresholded_metric_uses_the_metrics_threshold():
+    """At a Youden-like threshold (0.3, not 0.5) every route to the leave-one-out values classifies at it:
+    scikit-learn's counts on each sample without one image."""
+    rng = np.random.default_rng(21)
+    y, s = (rng.random(60) < 0.4).astype(int), rng.random(60)
+    sklearn = {"accuracy": accuracy_score, "sensitivity": recall_score, "f1": f1_score}
+    for name, score in sklearn.items():
+        expected = _without_each(lambda yy, ss: score(yy, ss >= 0.3), y, s)
+        assert iv.jackknife_values(name, y, s, threshold=0.3) == pytest.approx(expected, abs=1e-12), name
+        assert iv.metric_jackknife(name, y, s, 0.3) == pytest.approx(expected, abs=1e-12), name
+    tpr = _without_each(lambda yy, ss: recall_score(yy, ss >= 0.3), y, s)
+    assert iv.metric_jackknife("tpr", y, s, 0.3) == pytest.approx(tpr, abs=1e-12)
+    # interval(): BCa of sensitivity with that jackknife and the label strata, at the given threshold and at the
+    # default 0.5 (the tables' group rows pass none)
+    reps = np.random.default_rng(2).normal(0.6, 0.08, 400)
+    for threshold in (0.3, 0.5):
+        jack = _without_each(lambda yy, ss: recall_score(yy, ss >= threshold), y, s)
+        expected = iv.bca(0.62, reps, jack, strata=y.astype(int), bounds=(0.0, 1.0))
+        options = {} if threshold == 0.5 else {"threshold": threshold}
+        assert iv.interval("sensitivity", 0.62, reps, y, s, **options) == pytest.approx(expected, abs=1e-12)
+
+
+def test_tiny_and_one_positive_samples_leave_one_out_equal_brute_force():
+    """Samples where leaving an image out empties a class or leaves a single image in a step: the closed forms
+    agree with the point metric recomputed without each image (NaN where it is undefined)."""
+    cases = [(np.array([1, 0, 0, 0, 0]), np.array([0.9, 0.2, 0.4, 0.9, 0.1])),
+             (np.array([1, 1, 0, 0]), np.array([0.8, 0.3, 0.5, 0.3])),
+             (np.array([1, 0, 0]), np.array([0.7, 0.4, 0.7])),
+             (np.array([0, 1, 0, 0, 1, 0]), np.array([0.5, 0.5, 0.2, 0.9, 0.1, 0.5]))]
+    for y, s in cases:
+        for name in ("auroc", "auprc", "sensitivity", "f1"):
+            expected = _without_each(lambda yy, ss: call_metric(name, yy, ss, min_positives=1).value, y, s)
+            got = np.asarray(iv.jackknife_values(name, y, s), dtype=float)
+            np.testing.assert_allclose(got, expected, atol=1e-12, err_msg=f"{name} {y} {s}")
+    y, s = np.array([1, 1, 1, 0]), np.array([0.6, 0.2, 0.9, 0.5])  # one negative: AUROC only (see the report)
+    expected = _without_each(lambda yy, ss: call_metric("auroc", yy, ss, min_positives=1).value, y, s)
+    np.testing.assert_allclose(iv.jackknife_values("auroc", y, s), expected, atol=1e-12)
+
+
+def test_linear_quantiles_are_numpys_to_the_bit():
+    rng = np.random.default_rng(5)
+    for size in (2, 3, 10, 101, 1000):
+        ordered = np.sort(rng.normal(size=size) * 10.0 ** rng.integers(-3, 4))
+        levels = [0.0, 1.0, 0.025, 0.975, *rng.random(50)]
+        assert iv.linear_quantiles(ordered, levels) == list(np.quantile(ordered, levels)), size
+    for _ in range(300):  # gamma exactly 0.5, where numpy switches between its two forms of the interpolation
+        ordered = np.sort(rng.normal(size=3) * 10.0 ** rng.integers(-3, 4))
+        assert iv.linear_quantiles(ordered, [0.25, 0.75]) == list(np.quantile(ordered, [0.25, 0.75]))
+
+
+def test_acceleration_edges_by_hand():
+    """a = sum d^3 / (6 (sum d^2)^1.5), d = (n_k - 1) (mean_k - jack) / n_k^2 within strata; 0 for fewer than 3
+    finite values or all equal; a singleton stratum contributes nothing; any stratum labels (strings, negative
+    or large integers) give the same as 0..k-1."""
+    assert iv.acceleration([1.0, 2.0]) == 0.0 and iv.acceleration([0.3, 0.3, 0.3, 0.3]) == 0.0
+    d = np.array([1 / 3, 1 / 3, -2 / 3])
+    assert iv.acceleration([0.0, 0.0, 1.0]) == pytest.approx(np.sum(d**3) / (6 * np.sum(d**2) ** 1.5), abs=1e-12)
+    jack = np.array([0.1, 0.5, 0.2, 0.9, 0.4, 0.7])
+    strata = np.array([0, 0, 1, 1, 1, 2])  # a stratum of two and a singleton
+    u = np.r_[(0.3 - jack[:2]) / 4, 2 * (0.5 - jack[2:5]) / 9, 0.0]
+    expected = np.sum(u**3) / (6 * np.sum(u**2) ** 1.5)
+    assert iv.acceleration(jack, strata) == pytest.approx(expected, abs=1e-12)
+    for labels in (np.array(["a", "a", "b", "b", "b", "c"]), np.array([-5, -5, 70, 70, 70, 3]),
+                   np.array([100, 100, 200, 200, 200, 300])):
+        assert iv.acceleration(jack, labels) == pytest.approx(expected, abs=1e-12), labels
+
+
+def test_bc_by_hand_at_another_alpha():
+    """BC (a = 0) at alpha 0.5: levels Phi(2 z0 + z_{0.25}), Phi(2 z0 + z_{0.75}) of replicates 1..10, point 4."""
+    normal, reps = NormalDist(), np.arange(1, 11.0)
+    z0 = normal.inv_cdf(0.35)
+    levels = [normal.cdf(2 * z0 + normal.inv_cdf(p)) for p in (0.25, 0.75)]
+    assert iv.bc(4.0, reps, alpha=0.5) == pytest.approx((1 + 9 * levels[0], 1 + 9 * levels[1]), abs=1e-12)
+
+
+def test_intervals_stay_in_the_metrics_range_and_follow_alpha():
+    """Reflected intervals are clipped into [0, 1] (a metric) or [-1, 1] (a difference of two), whichever
+    method CHOICE names; a percentile-method metric is the plain percentile interval; one finite replicate is a
+    constant."""
+    reps = np.random.default_rng(8).normal(0.02, 0.03, 500)  # an ECE near 0: its basic interval reflects below 0
+    rng = np.random.default_rng(9)
+    y, s = (rng.random(40) < 0.5).astype(int), rng.random(40)
+    low, high = iv.interval("ece", 0.01, reps, y, s)
+    assert low == 0.0 and high == pytest.approx(2 * 0.01 - np.quantile(reps, 0.025), abs=1e-12)
+    assert iv.basic(0.01, reps, bounds=(0.0, 1.0))[0] == 0.0 and iv.shifted(0.01, reps, bounds=(0.0, 1.0))[0] == 0.0
+    assert iv.interval("worst_group_auroc", 0.7, reps + 0.68, y, s) == iv.percentile(0.7, reps + 0.68)
+    narrow = iv.interval("worst_group_auroc", 0.7, reps + 0.68, y, s, alpha=0.5)
+    assert narrow == pytest.approx(tuple(np.quantile(reps + 0.68, [0.25, 0.75])), abs=1e-12)
+    # a bca metric whose replicates all lie above the point falls back to basic, clipped into [0, 1]
+    assert iv.interval("auroc", 0.99, np.linspace(0.995, 1.0, 50), y, s)[1] <= 1.0
+    above = np.linspace(0.995, 1.0, 50)
+    assert iv.interval("auroc", 0.99, above, y, s)[0] == pytest.approx(2 * 0.99 - np.quantile(above, 0.975), abs=1e-12)
+    gap = iv.signed_difference("sensitivity", (0.99, 0.0), np.linspace(-1.0, -0.97, 50), [(y, s), (y, s)])
+    assert gap[1] == 1.0  # 2 * 0.99 - (-1.0) reflected far above 1: clipped to the range of a difference
+    assert iv.percentile(0.5, [0.4, np.nan]) == (0.4, 0.5)
+    assert iv.bias_z0(None, reps) is None and iv.debiased(None, reps) is None

@@ -4,6 +4,8 @@ Benjamini-Hochberg q-values and the summary against scipy and hand-worked exampl
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,10 +13,13 @@ import scipy.stats
 from sklearn.metrics import accuracy_score, brier_score_loss, roc_auc_score
 
 from focus_dagster.evaluation.bootstrap import replicates_many, resample_indices
+from focus_dagster.evaluation.metrics import Value
 from focus_dagster.evaluation.paired import (
     PAIRED_METRICS,
+    SUMMARY_COLUMNS,
     benjamini_hochberg,
     bootstrap_p_value,
+    paired_delta,
     paired_deltas,
     sign_flip_p_value,
     summarise,
@@ -223,3 +228,92 @@ def test_summary_rejects_an_unknown_domain():
     rows.loc[0, "domain"] = "cross"
     with pytest.raises(ValueError, match="domain"):
         summarise(rows)
+
+
+# ------------------------------------------------------------------------- edges the mutation run found open
+
+
+def test_accuracy_at_youden_replicates_use_each_sides_own_threshold():
+    """Replicate r of accuracy@youden: each side at its own threshold on resample r, counted with scikit-learn
+    (a side scored at 0.5 instead gives other replicates)."""
+    y, base, adapted = binormal_pair(6, n=80, shift=0.5)
+    result = deltas(y, base, adapted, n_resamples=20, seed=3, base_threshold=0.35, adapted_threshold=0.62)
+    idx = resample_indices(y, 20, 3)
+    for r in range(20):
+        i = idx[r]
+        expected = accuracy_score(y[i], adapted[i] >= 0.62) - accuracy_score(y[i], base[i] >= 0.35)
+        assert result["accuracy@youden"].replicates[r] == pytest.approx(expected, abs=1e-12)
+
+
+def test_alpha_sets_the_interval_and_an_unknown_metric_is_refused():
+    y, base, adapted = binormal_pair(8, n=150, shift=0.4)
+    wide = deltas(y, base, adapted, alpha=0.05)["auroc"]
+    every = deltas(y, base, adapted, alpha=0.5)
+    narrow = every["auroc"]
+    assert wide.low < narrow.low < narrow.high < wide.high
+    reps = np.sort(narrow.replicates)  # the middle half of 300 replicates, give or take one order statistic
+    assert reps[73] <= narrow.low <= reps[76] and reps[223] <= narrow.high <= reps[226]
+    assert [delta.metric for delta in every.values()] == list(every) == list(PAIRED_METRICS)
+    with pytest.raises(ValueError, match="unknown paired metric"):
+        deltas(y, base, adapted, metrics=("auroc", "sensitivity"))
+
+
+def test_a_delta_undefined_in_every_resample_keeps_its_replicates_and_says_why():
+    nan = np.full(4, np.nan)
+    out = paired_delta("auroc", Value(0.6), Value(0.7), nan, 10, 3)
+    assert (out.metric, out.delta, out.low, out.high, out.p_value) == ("auroc", None, None, None, None)
+    assert out.reason == "the delta is undefined in every resample" and out.replicates is nan
+    assert (out.base, out.adapted, out.n, out.n_pos, out.n_replicates) == (0.6, 0.7, 10, 3, 0)
+    none = paired_delta("auroc", Value(None, "base: one class"), Value(0.7), None, 10, 3)
+    assert (none.metric, none.delta, none.p_value, none.reason) == ("auroc", None, None, "base: one class")
+    one = paired_delta("auroc", Value(0.6), Value(0.7), np.array([np.nan, 0.2, np.nan]), 10, 3)
+    assert one.delta == pytest.approx(0.1) and one.n_replicates == 1
+    assert one.p_value == pytest.approx(0.5)  # the floor 1 / (R + 1), R = 1 finite
+
+
+def test_as_row_names_every_column_of_the_long_table():
+    row = paired_delta("brier", Value(0.2), Value(0.15), np.array([-0.06, -0.04, np.nan]), 12, 5).as_row()
+    assert row == {"metric": "brier", "base": 0.2, "adapted": 0.15, "delta": pytest.approx(-0.05),
+                   "ci_low": row["ci_low"], "ci_high": row["ci_high"], "p_value": pytest.approx(1 / 3), "n": 12,
+                   "n_pos": 5, "n_replicates": 2, "reason": None}
+    assert -0.06 <= row["ci_low"] < row["ci_high"] <= -0.04
+    assert list(row) == ["metric", "base", "adapted", "delta", "ci_low", "ci_high", "p_value", "n", "n_pos",
+                         "n_replicates", "reason"]
+
+
+def test_benjamini_hochberg_edges_equal_scipy():
+    for p in ([0.3], [0.0, 0.5, 1.0], [0.0, 0.0, 0.02]):
+        np.testing.assert_allclose(benjamini_hochberg(p), scipy.stats.false_discovery_control(p, method="bh"))
+    for bad in ([0.2, -0.1], [0.2, 1.5]):
+        with pytest.raises(ValueError, match=r"\[0, 1\]"):
+            benjamini_hochberg(bad)
+
+
+def _all_sign_flips(values) -> float:
+    """Share of the 2**n sign patterns whose |mean| reaches the observed one, enumerated one by one."""
+    observed = abs(np.mean(values))
+    hits = [abs(np.mean(np.multiply(signs, values))) >= observed - 1e-12
+            for signs in itertools.product((-1.0, 1.0), repeat=len(values))]
+    return float(np.mean(hits))
+
+
+def test_sign_flip_p_value_exact_and_sampled_against_enumeration():
+    values = np.random.default_rng(4).normal(0.03, 0.05, size=13)  # 8192 patterns: still exact
+    assert sign_flip_p_value(values) == pytest.approx(_all_sign_flips(values), abs=1e-15)
+    values = np.random.default_rng(5).normal(0.01, 0.05, size=15)  # 32768 patterns: 10,000 sampled
+    exact = _all_sign_flips(values)
+    sampled = sign_flip_p_value(values)
+    assert 0.05 < exact < 0.95 and sampled == pytest.approx(exact, abs=0.02)  # 4.6 Monte-Carlo SEs at most
+    assert sign_flip_p_value(values) == sampled  # seeded: the same p every time
+    ties = np.array([0.1] * 9 + [-0.1] * 6)  # |mean| 0.02: every pattern of 9 or 6 plus signs ties with it
+    assert sign_flip_p_value(ties) == pytest.approx(_all_sign_flips(ties), abs=0.02)
+    assert round(sampled * 10_001) == pytest.approx(sampled * 10_001, abs=1e-9)  # (1 + hits) / (1 + 10,000)
+
+
+def test_summary_adds_only_q_values_and_copes_with_no_rows():
+    rows = comparisons()
+    assert list(summarise(rows).rows.columns) == [*rows.columns, "q_value"]
+    with pytest.raises(KeyError, match="rows lack column"):
+        summarise(rows.drop(columns="task"))  # a column the summary does not read is still required
+    empty = summarise(rows.iloc[:0])
+    assert empty.rows.empty and empty.means.empty and list(empty.means.columns) == SUMMARY_COLUMNS

@@ -11,6 +11,7 @@ import pytest
 from focus_dagster.datasets import DATASET_KEYS, read_dataset
 from focus_dagster.labels import LABEL_COLUMNS, RULES, harmonise
 from focus_dagster.labels.rule_sql import independent_labels
+from focus_dagster.labels.rules import defined_tasks
 from focus_dagster.labels.splits import path_tail
 from tests.support.environment import SHARED_REFERENCE, copy_tree, link_stand_in_images, needs_reference
 
@@ -89,6 +90,16 @@ def test_sex_quality_and_eye_use_each_datasets_own_codes(harmonised):
     assert (papila.labels["eye"].to_numpy() == np.where(native["eye"] == "OD", "R", "L")).all()
     _, g1020 = harmonised["g1020"]
     assert g1020.labels[["age", "sex", "quality", "camera", "patient_id"]].isna().all().all()
+
+
+@pytest.mark.parametrize(("key", "column"), [("brset", "patient_age"), ("mbrset", "age"), ("papila", "Age")])
+def test_age_is_each_datasets_own_age_column(harmonised, key, column):
+    """The age axis groups by the published age column of each dataset that has one (datasets.md)."""
+    read, result = harmonised[key]
+    native = read.records.set_index("image_id").loc[result.labels["image_id"]]
+    expected = pd.to_numeric(native[column], errors="coerce").to_numpy(dtype=float)
+    assert result.labels["age"].notna().any()
+    np.testing.assert_array_equal(result.labels["age"].to_numpy(dtype=float), expected)
 
 
 def test_idrid_collision_stays_two_images(harmonised):
@@ -212,3 +223,13 @@ def test_the_idrid_split_file_defect_is_detected_not_reproduced(tmp_path):
     assert result.labels["split"].value_counts().to_dict() == {"train": 413, "test": 103}
     native = harmonise("idrid", read.records, read.quarantine)  # without the file: the native split
     assert native.labels["split"].value_counts().to_dict() == {"train": 413, "test": 103}
+
+
+def test_defined_tasks_are_those_with_a_label_in_task_order():
+    """A task counts as defined when at least one image has a non-null label; absent or all-null columns do not."""
+    labels = pd.DataFrame({"gon": pd.array([pd.NA, 0], dtype="Int8"),
+                           "any_dr": pd.array([pd.NA, pd.NA], dtype="Int8"),
+                           "referable_dr": pd.array([1, pd.NA], dtype="Int8")})
+    assert defined_tasks(labels) == ["referable_dr", "gon"]
+    assert defined_tasks(labels.drop(columns=["gon"])) == ["referable_dr"]
+    assert defined_tasks(pd.DataFrame({"image_id": ["a"]})) == []

@@ -70,7 +70,8 @@ class Target:
 # nothing faster reaches the module.
 TARGETS = (
     Target("evaluation.intervals", "focus_dagster/evaluation/intervals.py",
-           (EVAL + "test_intervals.py", EVAL + "test_metric_table_contract.py")),
+           (EVAL + "test_intervals.py", EVAL + "test_metric_table_contract.py", EVAL + "test_gap_interval_coverage.py",
+            EVAL + "test_coverage_bench.py")),
     Target("evaluation.paired", "focus_dagster/evaluation/paired.py",
            (EVAL + "test_paired.py", EVAL + "test_adapter_effects.py")),
     Target("evaluation.adapter_effects", "focus_dagster/evaluation/adapter_effects.py",
@@ -83,10 +84,12 @@ TARGETS = (
             EVAL + "test_paired.py", EVAL + "test_group_metrics_reference.py")),
     Target("evaluation.tables", "focus_dagster/evaluation/tables.py",
            (EVAL + "test_evaluation.py", EVAL + "test_group_metrics_reference.py",
-            EVAL + "test_metric_table_contract.py", EVAL + "test_configurations.py", EVAL + "test_comparisons.py")),
+            EVAL + "test_metric_table_contract.py", EVAL + "test_configurations.py", EVAL + "test_comparisons.py",
+            EVAL + "test_gap_interval_coverage.py")),
     Target("labels.rules", "focus_dagster/labels/rules.py",
            ("tests/core/labels/test_labels.py", "tests/core/labels/test_rule_sql.py", "tests/core/test_questions.py")),
-    Target("resources.tables", "resources/tables.py", ("tests/ops/test_storage.py", "tests/ops/test_export.py")),
+    Target("resources.tables", "resources/tables.py",
+           ("tests/ops/test_storage.py", "tests/ops/test_table_races.py", "tests/ops/test_export.py")),
     # The forward's checks import torch, which is not safe to fork after use: a fork server that imports nothing.
     Target("inference.compiled", "focus_dagster/inference/compiled.py", ("tests/core/inference/test_compiled.py",),
            mutmut={"process_isolation": "forkserver", "forkserver_warmup": "none"}),

@@ -31,3 +31,99 @@ def test_each_side_is_classified_at_its_own_youden_threshold():
     at_half = rows[rows["metric"] == "accuracy@0.5"].iloc[0]  # both at 0.5: 10 of 16 right each
     assert (at_half["base"], at_half["adapted"], at_half["delta"]) == (10 / 16, 10 / 16, 0.0)
     assert youden["domain"] == "in_domain" and youden["adapted_lineage_id"] == "stamp-yes_no_lora"
+
+
+# ------------------------------------------------------------------------------------- the whole table, literal
+
+
+def _config_samples(method: str, dataset: str, train_dataset, scores, ids, lineage: str) -> pd.DataFrame:
+    labels = [LABELS[int(i[3:]) % len(LABELS)] for i in ids]
+    return pd.DataFrame({"model": "tiny_llava", "dataset": dataset, "task": "any_dr", "method": method,
+                         "train_dataset": train_dataset, "split": "test", "image_id": ids, "label": labels,
+                         "score": scores, "threshold": 0.5, "lineage_id": lineage})
+
+
+@pytest.fixture(scope="module")
+def table():
+    """Three adapted configurations on two datasets (one trained on each: in- and out-of-domain), the base scores
+    of IDRiD only (an image the adapter did not score among them, and validation rows, both to be left out), and
+    one adapter the predictions could not score."""
+    ids = [f"img{k}" for k in range(16)]
+    frames = [
+        _config_samples("yes_no", "idrid", None, BASE + [0.99], ids + ["img17"], "base-idrid"),
+        _config_samples("yes_no", "idrid", None, [0.1] * 4, ids[:4], "base-idrid").assign(split="validation"),
+        _config_samples("yes_no_lora", "idrid", "idrid", ADAPTED, ids, "lora-idrid-on-idrid"),
+        _config_samples("yes_no_lora", "idrid", "messidor2", list(reversed(ADAPTED)), ids, "lora-idrid-on-m2"),
+        _config_samples("yes_no_lora", "messidor2", "messidor2", ADAPTED, ids, "lora-m2-on-m2"),
+    ]
+    unavailable = pd.DataFrame([{"model": "tiny_llava", "dataset": "papila", "task": "any_dr", "method": "yes_no_lora",
+                                 "train_dataset": "papila", "reason": "one class in its training split"}])
+    return effect_rows(pd.concat(frames, ignore_index=True), unavailable, n_resamples=300)[0]
+
+
+def _row(rows, dataset, train_dataset, metric):
+    found = rows[(rows["dataset"] == dataset) & (rows["train_dataset"] == train_dataset) & (rows["metric"] == metric)]
+    assert len(found) == 1, found
+    return found.iloc[0]
+
+
+def test_every_adapted_configuration_has_a_row_per_metric_with_its_domain(table):
+    expected = {("idrid", "idrid", "in_domain"), ("idrid", "messidor2", "out_of_domain"),
+                ("messidor2", "messidor2", "in_domain"), ("papila", "papila", "in_domain")}
+    assert set(zip(table["dataset"], table["train_dataset"], table["domain"])) == expected
+    assert table.groupby(["dataset", "train_dataset"]).size().to_dict() == {
+        (d, t): 5 for d, t, _ in expected}  # auroc, accuracy@0.5, accuracy@youden, ece, brier
+    assert table["metric_id"].is_unique
+
+
+def test_deltas_are_paired_on_the_images_both_sides_scored(table):
+    from sklearn.metrics import roc_auc_score
+
+    row = _row(table, "idrid", "idrid", "auroc")
+    assert row["n"] == 16 and row["n_pos"] == 8  # img17 (base only) and the validation rows left out
+    assert row["base"] == pytest.approx(roc_auc_score(LABELS, BASE))
+    assert row["adapted"] == pytest.approx(roc_auc_score(LABELS, ADAPTED))
+    assert row["delta"] == pytest.approx(roc_auc_score(LABELS, ADAPTED) - roc_auc_score(LABELS, BASE))
+    assert row["ci_low"] < row["delta"] < row["ci_high"] and 0 <= row["p_value"] <= 1
+    out = _row(table, "idrid", "messidor2", "auroc")
+    assert out["adapted"] == pytest.approx(roc_auc_score(LABELS, list(reversed(ADAPTED))))
+    assert (row["adapted_lineage_id"], row["base_lineage_id"]) == ("lora-idrid-on-idrid", "base-idrid")
+    assert out["adapted_lineage_id"] == "lora-idrid-on-m2"
+
+
+def test_a_missing_side_is_a_row_with_its_reason_never_a_number(table):
+    no_base = _row(table, "messidor2", "messidor2", "auroc")
+    assert pd.isna(no_base["delta"]) and pd.isna(no_base["p_value"]) and no_base["base_lineage_id"] is None
+    assert no_base["reason"].startswith("no base yes/no scores of tiny_llava on messidor2 for any_dr")
+    assert no_base["adapted_lineage_id"] == "lora-m2-on-m2"
+    no_adapter = _row(table, "papila", "papila", "brier")
+    assert pd.isna(no_adapter["delta"]) and no_adapter["reason"] == "no adapted scores: one class in its training split"
+
+
+def test_q_values_are_benjamini_hochberg_within_a_metric_and_domain(table):
+    from scipy.stats import false_discovery_control
+
+    for (metric, domain), family in table.groupby(["metric", "domain"]):
+        defined = family[family["p_value"].notna()]
+        if len(defined):
+            expected = false_discovery_control(defined["p_value"].astype(float).to_numpy(), method="bh")
+            assert defined["q_value"].to_numpy() == pytest.approx(expected), (metric, domain)
+        assert family.loc[family["p_value"].isna(), "q_value"].isna().all()
+
+
+def test_the_same_inputs_give_the_same_intervals(table):
+    """Resamples are seeded from each configuration's identity: a second computation is identical."""
+    ids = [f"img{k}" for k in range(16)]
+    again = effect_rows(pd.concat([_config_samples("yes_no", "idrid", None, BASE, ids, "base-idrid"),
+                                   _config_samples("yes_no_lora", "idrid", "idrid", ADAPTED, ids, "lora-idrid-on-idrid")],
+                                  ignore_index=True), pd.DataFrame(), n_resamples=300)[0]
+    first = table[(table["dataset"] == "idrid") & (table["train_dataset"] == "idrid")].set_index("metric")
+    for row in again.to_dict("records"):
+        assert (row["ci_low"], row["ci_high"], row["p_value"]) == tuple(first.loc[row["metric"],
+                                                                                   ["ci_low", "ci_high", "p_value"]])
+
+
+def test_p_values_count_over_the_resamples_asked_for(table):
+    """300 resamples asked for: every two-sided p-value is a share of 300 (2k / 300) or its floor 1 / 301."""
+    p = table["p_value"].dropna().astype(float)
+    assert len(p) and all(v == pytest.approx(1 / 301) or v * 300 == pytest.approx(round(v * 300)) for v in p), p

@@ -57,7 +57,9 @@ def table():
         _config_samples("yes_no_lora", "messidor2", "messidor2", ADAPTED, ids, "lora-m2-on-m2"),
     ]
     unavailable = pd.DataFrame([{"model": "tiny_llava", "dataset": "papila", "task": "any_dr", "method": "yes_no_lora",
-                                 "train_dataset": "papila", "reason": "one class in its training split"}])
+                                 "train_dataset": "papila", "reason": "one class in its training split"},
+                                {"model": "tiny_llava", "dataset": "refuge", "task": "any_dr", "method": "yes_no",
+                                 "train_dataset": None, "reason": "not an adapter: no row here"}])
     return effect_rows(pd.concat(frames, ignore_index=True), unavailable, n_resamples=300)[0]
 
 
@@ -127,3 +129,15 @@ def test_p_values_count_over_the_resamples_asked_for(table):
     """300 resamples asked for: every two-sided p-value is a share of 300 (2k / 300) or its floor 1 / 301."""
     p = table["p_value"].dropna().astype(float)
     assert len(p) and all(v == pytest.approx(1 / 301) or v * 300 == pytest.approx(round(v * 300)) for v in p), p
+
+
+def test_nothing_to_compare_gives_empty_tables_with_their_columns():
+    rows, summary = effect_rows(pd.DataFrame(columns=["model", "dataset", "task", "method", "train_dataset", "split",
+                                                      "image_id", "label", "score", "threshold", "lineage_id"]),
+                                pd.DataFrame(), n_resamples=100)
+    assert rows.empty and list(rows.columns) == [
+        "metric_id", "model", "dataset", "task", "method", "train_dataset", "domain", "metric", "base", "adapted",
+        "delta", "ci_low", "ci_high", "p_value", "q_value", "n", "n_pos", "reason", "adapted_lineage_id",
+        "base_lineage_id"]
+    assert summary.empty and list(summary.columns) == ["model", "domain", "metric", "n", "mean_delta", "p_value",
+                                                       "q_value"]

@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         save(args.json, figures)
     for name, row in figures["summary"].items():
         print(f"{name:<16} over {row['seeds']} seeds: mean delta {row['mean_delta']:+.3f} (sd {row['sd_delta']:.3f}, "
-              f"{row['min_delta']:+.3f} to {row['max_delta']:+.3f}); interval above zero on {row['above_zero']} seed(s)")
+              f"{row['min_delta']:+.3f} to {row['max_delta']:+.3f}); interval above zero on {row['above_zero']} "
+              "seed(s)")
     return 0
 
 

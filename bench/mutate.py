@@ -47,6 +47,8 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 
+from focus_dagster.progress import duration
+
 REPO = Path(__file__).resolve().parents[1]
 WORK = REPO / "bench" / "out" / "mutate"
 RESULTS = REPO / "bench" / "results" / "mutation_cpu_2core.json"
@@ -102,11 +104,6 @@ PROGRESS = re.compile(r"(\d+)/(\d+)\s+\S+\s*(\d+)\s+\S+\s*(\d+)\s+\S+\s*(\d+)\s+
 
 def log(message: str) -> None:
     print(f"[mutate {datetime.now():%H:%M:%S}] {message}", flush=True)
-
-
-def minutes(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 def _toml(value) -> str:
@@ -222,10 +219,10 @@ def run_mutmut(target: Target, work: Path, deadline: float, names: list[str] | N
             last_log = now
             if first and done > first[1]:
                 rate = (done - first[1]) / (now - first[0])
-                log(f"{target.key}: {done}/{total} mutants, {rate:.2f}/s, about {minutes((total - done) / rate)} "
-                    f"left for this module; budget left {minutes(deadline - now)}")
+                log(f"{target.key}: {done}/{total} mutants, {rate:.2f}/s, about {duration((total - done) / rate)} "
+                    f"left for this module; budget left {duration(deadline - now)}")
             else:
-                log(f"{target.key}: {phase} ({minutes(now - started)} so far); budget left {minutes(deadline - now)}")
+                log(f"{target.key}: {phase} ({duration(now - started)} so far); budget left {duration(deadline - now)}")
         time.sleep(0.2)
     if process.returncode not in (0, None) and outcome == "complete":
         outcome = f"mutmut exited with {process.returncode}"
@@ -278,8 +275,9 @@ def run_fresh(target: Target, work: Path, deadline: float, names: list[str]) -> 
             state_file.write_text(json.dumps(state, indent=1))
         elapsed = time.monotonic() - started
         rate = (index + 1) / elapsed
+        left = duration((len(todo) - index - 1) / rate)
         log(f"{target.key}: {len(state['status'])}/{len(names)} mutants (fresh interpreters), {rate * 60:.1f}/min, "
-            f"about {minutes((len(todo) - index - 1) / rate)} left; budget left {minutes(deadline - time.monotonic())}")
+            f"about {left} left; budget left {duration(deadline - time.monotonic())}")
     return {name: state["status"].get(name, "not checked") for name in names}, outcome
 
 
@@ -426,7 +424,7 @@ def main() -> int:
         work = prepare(target)
         t0 = time.monotonic()
         log(f"{target.key}: mutmut on {target.path} with {len(target.tests)} test file(s); "
-            f"budget left {minutes(deadline - t0)}")
+            f"budget left {duration(deadline - t0)}")
         fingerprint, recorded = tests_fingerprint(target), work / "tests.sha256"
         outcome = run_mutmut(target, work, deadline)
         statuses = mutmut_results(target, work)

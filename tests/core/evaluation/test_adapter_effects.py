@@ -141,3 +141,35 @@ def test_nothing_to_compare_gives_empty_tables_with_their_columns():
         "base_lineage_id"]
     assert summary.empty and list(summary.columns) == ["model", "domain", "metric", "n", "mean_delta", "p_value",
                                                        "q_value"]
+    assert rows["q_value"].dtype == "float64"  # as a non-empty table's: a stored empty table keeps the schema
+
+
+def test_metric_ids_name_the_adapted_configuration_axis_and_delta(table):
+    """The id reports and `focus trace` use, written out once by hand: the first 16 hex digits of the SHA-256 of
+    the sorted JSON {configuration, axis "lora_effect", metric "auroc_delta", group ""}. An id may never change
+    between versions, or a number quoted from an old report no longer traces."""
+    assert _row(table, "idrid", "messidor2", "auroc")["metric_id"] == "m-5171243e37483e7a"
+
+
+def test_a_missing_youden_threshold_gives_a_reason_on_that_metric_only():
+    """No threshold from the adapted side's training split (NaN in the table): its Youden accuracy has no number and
+    says why; the other metrics are unaffected."""
+    samples = pd.concat([_samples("yes_no", BASE, 0.35), _samples("yes_no_lora", ADAPTED, float("nan"))],
+                        ignore_index=True)
+    rows = effect_rows(samples, pd.DataFrame(), n_resamples=100)[0].set_index("metric")
+    assert pd.isna(rows.loc["accuracy@youden", "delta"]) and pd.isna(rows.loc["accuracy@youden", "adapted"])
+    assert "no Youden threshold for the adapted scores" in rows.loc["accuracy@youden", "reason"]
+    assert rows.loc["accuracy@youden", "base"] == pytest.approx(10 / 16)
+    assert rows.loc["accuracy@0.5", "delta"] == 0.0 and rows["reason"].drop("accuracy@youden").isna().all()
+
+
+@pytest.mark.parametrize("column, side", [("lineage_id", "yes_no_lora"), ("lineage_id", "yes_no"),
+                                          ("threshold", "yes_no_lora"), ("threshold", "yes_no")])
+def test_a_configuration_mixing_two_computations_is_refused(column, side):
+    """Rows of one configuration carry one threshold and one lineage id; a table mixing two computations (half the
+    rows from an older run) is refused with the column and what to do, not compared against whichever came first."""
+    base, adapted = _samples("yes_no", BASE, 0.35), _samples("yes_no_lora", ADAPTED, 0.62)
+    mixed = base if side == "yes_no" else adapted
+    mixed.loc[8:, column] = "stamp-older" if column == "lineage_id" else 0.5
+    with pytest.raises(ValueError, match=f"2 different {column} values .*materialise predictions again"):
+        effect_rows(pd.concat([base, adapted], ignore_index=True), pd.DataFrame(), n_resamples=100)

@@ -86,7 +86,7 @@ def as_probabilities(y_true, y_score) -> tuple[np.ndarray, np.ndarray]:
     outside = (s < 0) | (s > 1)
     if outside.any():
         first = int(np.flatnonzero(outside)[0])
-        raise ValueError(f"y_score has {int(outside.sum())} value(s) outside [0, 1], e.g. {s[first]!r} at index "
+        raise ValueError(f"y_score has {int(outside.sum())} value(s) outside [0, 1], e.g. {float(s[first])} at index "
                          f"{first}: calibration metrics need probabilities")
     return y, s
 
@@ -115,7 +115,7 @@ def ranking_undefined(y: np.ndarray, min_positives: int, name: str) -> Value | N
 
 def midranks(s: np.ndarray) -> np.ndarray:
     """1-based ranks of ``s``, ascending, tied values sharing the mean of their ranks (midranks)."""
-    order = np.argsort(s, kind="stable")
+    order = np.argsort(s)  # ties share one rank below, so the sort need not be stable
     ordered = s[order]
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
     ends = np.r_[starts[1:], len(s)]
@@ -150,7 +150,7 @@ def auprc(y_true, y_score, min_positives: int = MIN_POSITIVES) -> Value:
     y, s = as_arrays(y_true, y_score)
     if (undefined := ranking_undefined(y, min_positives, "auprc")) is not None:
         return undefined
-    order = np.argsort(-s, kind="stable")
+    order = np.argsort(-s)  # images of one score enter together (below): the order among them does not matter
     ordered = s[order]
     group_ends = np.flatnonzero(np.r_[ordered[1:] != ordered[:-1], True])  # last image of each distinct score
     tp = np.cumsum(y[order])[group_ends]
@@ -173,12 +173,13 @@ def youden_threshold(y_true, y_score) -> Value:
     n_neg = len(y) - n_pos
     if n_pos == 0 or n_neg == 0:
         return Value(None, f"only one class in y_true ({_class_counts(y)})")
-    order = np.argsort(-s, kind="stable")
+    order = np.argsort(-s)  # one candidate per distinct score (below): the order among equal scores is irrelevant
     ordered = s[order]
     group_ends = np.flatnonzero(np.r_[ordered[1:] != ordered[:-1], True])
-    tp = np.cumsum(y[order])[group_ends].astype(np.int64)
-    fp = group_ends + 1 - tp
-    j_scaled = tp * n_neg - fp * n_pos  # J * n_pos * n_neg, exact
+    tp = np.cumsum(y[order])[group_ends]  # integers
+    # J * n_pos * n_neg = tp n_neg - fp n_pos with fp = k + 1 - tp (k: the group's last index) = tp n - (k + 1) n_pos;
+    # the constant -n_pos moves no candidate, so it is left out and the comparison stays exact
+    j_scaled = tp * len(y) - group_ends * n_pos
     return Value(float(ordered[group_ends[int(np.argmax(j_scaled))]]))  # argmax: first = highest threshold
 
 
@@ -233,10 +234,11 @@ def f1(y_true, y_score, threshold: float = 0.5) -> Value:
     if len(y) == 0:
         return Value(None, "empty input")
     _, fp, fn, tp = confusion(y, s, threshold)
-    if 2 * tp + fp + fn == 0:
+    denominator = 2 * tp + fp + fn
+    if denominator == 0:
         return Value(None, f"no positives and no predicted positives (only one class in y_true, "
                            f"{_class_counts(y)})")
-    return Value(2 * tp / (2 * tp + fp + fn))
+    return Value(2 * tp / denominator)
 
 
 # -------------------------------------------------------------------------------------- calibration
@@ -269,10 +271,10 @@ def bin_index(values: np.ndarray, n_bins: int) -> np.ndarray:
 def _calibration_error(confidence: np.ndarray, outcome: np.ndarray, n_bins: int) -> float:
     """``sum_b n_b / N * |mean(confidence_b) - mean(outcome_b)|`` over the non-empty bins."""
     bins = bin_index(confidence, n_bins)
-    count = np.bincount(bins, minlength=n_bins + 1)
-    gap = np.abs(np.bincount(bins, confidence, n_bins + 1) - np.bincount(bins, outcome, n_bins + 1))
+    # both sums have max(bins) + 1 entries (the same bins), so they subtract bin by bin without a minlength
+    gap = np.abs(np.bincount(bins, confidence) - np.bincount(bins, outcome))
     # n_b / N * |S_b / n_b - Y_b / n_b| = |S_b - Y_b| / N: empty bins contribute 0 without a division
-    return float(gap.sum() / count.sum())
+    return float(gap.sum() / len(confidence))
 
 
 def ece(y_true, y_score, n_bins: int = 10) -> Value:
@@ -330,8 +332,8 @@ def ece_bins(y_true, y_score, n_bins: int = 10) -> dict:
         "lower": edges.tolist(),
         "upper": edges[1:].tolist() + [1.0],
         "count": count.tolist(),
-        "mean_score": [float(a / c) if c else None for a, c in zip(sum_score, count, strict=True)],
-        "mean_label": [float(a / c) if c else None for a, c in zip(sum_label, count, strict=True)],
+        "mean_score": [float(a / c) if c else None for a, c in zip(sum_score, count)],
+        "mean_label": [float(a / c) if c else None for a, c in zip(sum_label, count)],
     }
 
 

@@ -305,3 +305,90 @@ def test_replicates_stay_exact_when_the_sums_outgrow_int32():
     for name in ("auroc", "auprc"):
         loop = [M.call_metric(name, y[row], s[row]).value for row in idx]
         assert np.allclose(replicates[name], loop, rtol=0, atol=1e-12), name
+
+
+# ------------------------------------------------------------------------- edges, written out by hand
+
+
+def test_bad_input_is_refused_with_what_is_wrong():
+    with pytest.raises(ValueError, match=r"^y_true must be 1-D, got shape \(2, 2\)$"):
+        M.accuracy([[0, 1], [1, 0]], [0.1, 0.2])
+    with pytest.raises(ValueError, match=r"^y_true must hold only 0 and 1, got \[0, 1, 2, 3, 4, 5, 6, 7, 8, 9\]$"):
+        M.accuracy(list(range(12)), [0.5] * 12)  # at most the ten smallest distinct values are listed
+    for scores, shape in (([[0.1], [0.2], [0.3]], r"\(3, 1\)"), ([0.1, 0.2], r"\(2,\)")):
+        with pytest.raises(ValueError, match=r"^y_true and y_score must be 1-D and of equal length, got shapes "
+                                             rf"\(3,\) and {shape}$"):
+            M.auroc([0, 1, 1], scores)
+    with pytest.raises(ValueError, match=r"^y_score has 2 value\(s\) outside \[0, 1\], e\.g\. -0\.5 at index 1: "
+                                         "calibration metrics need probabilities$"):
+        M.brier([0, 1, 0], [0.2, -0.5, 1.5])
+    for n_bins in (0, 2.5):
+        with pytest.raises(ValueError, match=rf"^n_bins must be a positive integer, got {n_bins}$"):
+            M.ece([0, 1], [0.2, 0.7], n_bins=n_bins)
+    with pytest.raises(KeyError, match="unknown metric 'aurox'; known: auroc, auprc, accuracy, sensitivity, "
+                                       "specificity, f1, ece, ece_15, ece_top_label, brier"):
+        M.call_metric("aurox", [0, 1], [0.2, 0.7])
+
+
+def test_true_false_scores_rank_like_one_and_zero():
+    """A hard classifier's yes/no answers (booleans) are scores 1.0 / 0.0, as scikit-learn reads them."""
+    y = np.array([1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0])
+    hard = np.array([True, True, True, False, True, False, False, True, False, False, False, False])
+    assert M.auroc(y, hard).value == pytest.approx(roc_auc_score(y, hard.astype(float)))
+    assert M.auprc(y, hard).value == pytest.approx(average_precision_score(y, hard.astype(float)))
+    assert M.youden_threshold(y, hard).value == 1.0
+
+
+def test_too_few_of_a_class_names_which_and_the_metric():
+    y = [1] * 5 + [0] * 3
+    s = np.linspace(0, 1, 8)
+    assert M.auroc(y, s).reason == "too few negatives for auroc: 3 < minimum 5 (n=8, positives=5)"
+    assert M.auprc(1 - np.array(y), s).reason == "too few positives for auprc: 3 < minimum 5 (n=8, positives=3)"
+
+
+def test_youden_threshold_edges_against_roc_curve():
+    assert M.youden_threshold([], []) == M.Value(None, "empty input")
+    assert M.youden_threshold([1], [0.3]) == M.Value(None, "only one class in y_true (n=1, positives=1)")
+    one_negative = ([1, 1, 0, 1, 1], [0.9, 0.7, 0.6, 0.4, 0.2])
+    assert M.youden_threshold(*one_negative).value == sklearn_youden(*one_negative) == 0.7
+    # a scorer ranking every negative first: every J < 0 but the lowest score's (TPR = FPR = 1, J = 0)
+    inverted = ([0, 0, 1, 1], [0.9, 0.8, 0.3, 0.1])
+    assert M.youden_threshold(*inverted).value == sklearn_youden(*inverted) == 0.1
+
+
+def test_f1_is_zero_not_undefined_when_no_positive_is_found():
+    # tp 0, fp 1, fn 1: 2 * 0 / (0 + 1 + 1) = 0, defined
+    assert M.f1([1, 0, 0], [0.2, 0.7, 0.1]) == M.Value(0.0)
+    assert f1_score([1, 0, 0], [0, 1, 0]) == 0.0
+
+
+def test_top_label_counts_a_score_of_one_half_as_a_positive_prediction():
+    # p = 0.5 and 0.55, both labelled 1: predicted positive (p >= 0.5), both right; confidences .5 and .55 in
+    # bin 5: |1.05 - 2| / 2 = 0.475 (if 0.5 were a negative prediction: |1.05 - 1| / 2 = 0.025)
+    assert M.ece_top_label([1, 1], [0.5, 0.55]).value == pytest.approx(0.475, abs=1e-12)
+
+
+def test_ece_bins_lists_every_bin_even_the_empty_top_ones():
+    table = M.ece_bins([0, 1, 1], [0.05, 0.15, 0.15])  # 10 bins by default: 11 entries
+    assert {k: table[k] for k in ("n_bins", "n", "count", "mean_label")} == {
+        "n_bins": 10, "n": 3, "count": [1, 2] + [0] * 9, "mean_label": [0.0, 1.0] + [None] * 9}
+    assert table["mean_score"][:2] == pytest.approx([0.05, 0.15]) and table["mean_score"][2:] == [None] * 9
+    assert table["upper"] == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.0])
+
+
+def test_compute_all_passes_its_options_and_defaults_to_one_half_and_ten_bins():
+    torch = pytest.importorskip("torch")
+    from torchmetrics.functional.classification import binary_calibration_error
+
+    y, s = sample(3)
+
+    def torchmetrics_ece(n_bins):
+        return binary_calibration_error(torch.tensor(s), torch.tensor(y), n_bins=n_bins, norm="l1").item()
+
+    default = M.compute_all(y, s)
+    assert default["accuracy"].value == pytest.approx(accuracy_score(y, s >= 0.5))
+    assert default["ece"].value == pytest.approx(torchmetrics_ece(10), abs=1e-9)
+    assert M.compute_all(y, s, n_bins=4)["ece"].value == pytest.approx(torchmetrics_ece(4), abs=1e-9)
+    few = ([1, 1, 1, 0, 0, 0, 0, 0], [0.9, 0.4, 0.6, 0.5, 0.1, 0.2, 0.3, 0.45])
+    assert M.compute_all(*few)["auroc"].value is None
+    assert M.compute_all(*few, min_positives=3)["auroc"].value == pytest.approx(roc_auc_score(*few))

@@ -59,7 +59,7 @@ class LabelRule:
     description: str
     tasks: dict[str, Callable[[Frame], Series]]
     subset: tuple[SubsetFilter, ...] = ()
-    metadata: Callable[[Frame], dict[str, Series]] = field(default=lambda records: {})
+    metadata: Callable[[Frame], dict[str, Series]] = field(default=lambda records: {})  # no demographics
     # Native columns that define the labels or restate them (file names included where they encode the
     # class): never shown to a model that is asked about the label (the yes/no question leak check).
     label_columns: tuple[str, ...] = ()
@@ -161,6 +161,103 @@ def _messidor_grade(r: Frame) -> Series:
     return num(r, "diagnosis" if "diagnosis" in r else "adjudicated_dr_grade")
 
 
+# Each rule's parts as named functions (not lambdas inside RULES): one place to read them, and `make mutate`
+# mutates function bodies only, so every comparison and column name below is tried by the mutation run.
+
+
+def _brset_not_diabetic(r: Frame) -> Series:
+    return r["diabetes"].astype(str) != "yes"
+
+
+def _brset_grade(r: Frame) -> Series:
+    return num(r, "DR_ICDR")
+
+
+def _brset_edema(r: Frame) -> Series:
+    return num(r, "macular_edema") == 1
+
+
+def _brset_gon(r: Frame) -> Series:
+    return num(r, "increased_cup_disc")
+
+
+def _mbrset_not_macula_centred(r: Frame) -> Series:
+    return ~_mbrset_view(r).isin(["1", "3"])
+
+
+def _mbrset_grade(r: Frame) -> Series:
+    return num(r, "final_icdr")
+
+
+def _mbrset_blank_grade(r: Frame) -> Series:
+    return _mbrset_grade(r).isna()
+
+
+def _mbrset_edema(r: Frame) -> Series:
+    return r["final_edema"].astype(str) == "yes"
+
+
+def _papila_gon(r: Frame) -> Series:
+    diagnosis = num(r, "Diagnosis")
+    return diagnosis.isin([1, 2]).where(diagnosis.notna())
+
+
+def _rfmid_dr(r: Frame) -> Series:
+    return num(r, "DR")
+
+
+def _rfmid_cme(r: Frame) -> Series:
+    return num(r, "CME")
+
+
+def _rfmid_2_me(r: Frame) -> Series:
+    return num(r, "ME")
+
+
+def _idrid_grade(r: Frame) -> Series:
+    return num(r, "Retinopathy grade")
+
+
+def _idrid_edema(r: Frame) -> Series:
+    return num(r, "Risk of macular edema") > 0
+
+
+def _messidor_ungradable(r: Frame) -> Series:
+    return num(r, "adjudicated_gradable") == 0
+
+
+def _messidor_blank_grade(r: Frame) -> Series:
+    return _messidor_grade(r).isna()
+
+
+def _messidor_edema(r: Frame) -> Series:
+    return num(r, "adjudicated_dme") == 1
+
+
+def _refuge_gon(r: Frame) -> Series:
+    return num(r, "Label")
+
+
+def _refuge_unlabelled(r: Frame) -> Series:
+    return _refuge_gon(r).isna()
+
+
+def _refuge_metadata(r: Frame) -> dict:
+    return {"camera": r["camera"].astype(object)}
+
+
+def _g1020_gon(r: Frame) -> Series:
+    return num(r, "binaryLabels")
+
+
+def _jsiec_any_dr(r: Frame) -> Series:
+    return r["class_name"].isin(JSIEC_ANY_DR)
+
+
+def _jsiec_referable_dr(r: Frame) -> Series:
+    return r["class_name"].isin(JSIEC_REFERABLE)
+
+
 RULES: dict[str, LabelRule] = {
     rule.dataset: rule
     for rule in [
@@ -171,11 +268,8 @@ RULES: dict[str, LabelRule] = {
             description="Diabetic patients only. any_dr = DR_ICDR >= 1; referable_dr = DR_ICDR >= 2 or "
             "macular_edema = 1; gon = increased_cup_disc. Sex 1 = M, 2 = F.",
             subset=(SubsetFilter("subset:not_diabetic", "not in the benchmark subset (diabetes != yes)",
-                                 lambda r: r["diabetes"].astype(str) != "yes"),),
-            tasks={
-                **icdr_tasks(lambda r: num(r, "DR_ICDR"), lambda r: num(r, "macular_edema") == 1),
-                "gon": lambda r: num(r, "increased_cup_disc"),
-            },
+                                 _brset_not_diabetic),),
+            tasks={**icdr_tasks(_brset_grade, _brset_edema), "gon": _brset_gon},
             metadata=_brset_metadata,
         ),
         LabelRule(
@@ -187,10 +281,10 @@ RULES: dict[str, LabelRule] = {
             "Sex 0 = F, 1 = M.",
             subset=(
                 SubsetFilter("subset:not_macula_centred", "not macula-centred (views .2/.4 are disc-centred)",
-                             lambda r: ~_mbrset_view(r).isin(["1", "3"])),
-                SubsetFilter("label:blank_grade", "final_icdr is blank", lambda r: num(r, "final_icdr").isna()),
+                             _mbrset_not_macula_centred),
+                SubsetFilter("label:blank_grade", "final_icdr is blank", _mbrset_blank_grade),
             ),
-            tasks=icdr_tasks(lambda r: num(r, "final_icdr"), lambda r: r["final_edema"].astype(str) == "yes"),
+            tasks=icdr_tasks(_mbrset_grade, _mbrset_edema),
             metadata=_mbrset_metadata,
         ),
         LabelRule(
@@ -199,7 +293,7 @@ RULES: dict[str, LabelRule] = {
             label_columns=("Diagnosis",),
             description="gon = Diagnosis in {1 glaucoma, 2 suspect} (suspects positive, as the reference). "
             "Gender 0 = M, 1 = F.",
-            tasks={"gon": lambda r: num(r, "Diagnosis").isin([1, 2]).where(num(r, "Diagnosis").notna())},
+            tasks={"gon": _papila_gon},
             metadata=_papila_metadata,
         ),
         LabelRule(
@@ -208,14 +302,14 @@ RULES: dict[str, LabelRule] = {
             label_columns=("DR", "CME"),
             description="any_dr = DR; referable_dr = CME (the reference's choice: a degenerate task, 7 positives "
             "in all of RFMiD). No demographics.",
-            tasks={"any_dr": lambda r: num(r, "DR"), "referable_dr": lambda r: num(r, "CME")},
+            tasks={"any_dr": _rfmid_dr, "referable_dr": _rfmid_cme},
         ),
         LabelRule(
             id="rfmid_2.dr_me",
             dataset="rfmid_2",
             label_columns=("DR", "ME"),
             description="any_dr = DR; referable_dr = ME (4 positives in all: degenerate). No demographics.",
-            tasks={"any_dr": lambda r: num(r, "DR"), "referable_dr": lambda r: num(r, "ME")},
+            tasks={"any_dr": _rfmid_dr, "referable_dr": _rfmid_2_me},
         ),
         LabelRule(
             id="idrid.grade",
@@ -223,7 +317,7 @@ RULES: dict[str, LabelRule] = {
             label_columns=("Retinopathy grade", "Risk of macular edema"),
             description="any_dr = Retinopathy grade >= 1; referable_dr = grade >= 2 or Risk of macular edema > 0. "
             "Images keyed by (split, name).",
-            tasks=icdr_tasks(lambda r: num(r, "Retinopathy grade"), lambda r: num(r, "Risk of macular edema") > 0),
+            tasks=icdr_tasks(_idrid_grade, _idrid_edema),
         ),
         LabelRule(
             id="messidor_2.adjudicated",
@@ -232,11 +326,10 @@ RULES: dict[str, LabelRule] = {
             description="Gradable images only. any_dr = adjudicated grade >= 1; referable_dr = grade >= 2 or "
             "adjudicated_dme = 1.",
             subset=(
-                SubsetFilter("label:ungradable", "adjudicated as not gradable",
-                             lambda r: num(r, "adjudicated_gradable") == 0),
-                SubsetFilter("label:blank_grade", "adjudicated grade is blank", lambda r: _messidor_grade(r).isna()),
+                SubsetFilter("label:ungradable", "adjudicated as not gradable", _messidor_ungradable),
+                SubsetFilter("label:blank_grade", "adjudicated grade is blank", _messidor_blank_grade),
             ),
-            tasks=icdr_tasks(_messidor_grade, lambda r: num(r, "adjudicated_dme") == 1),
+            tasks=icdr_tasks(_messidor_grade, _messidor_edema),
         ),
         LabelRule(
             id="refuge.label",
@@ -244,17 +337,16 @@ RULES: dict[str, LabelRule] = {
             label_columns=("Label", "ImgName"),
             description="gon = Label (1 = glaucoma); the unlabelled test split is rejected. Split: official "
             "train = train, official val = test (the reference benchmark).",
-            subset=(SubsetFilter("label:unlabelled", "no glaucoma label (unlabelled split)",
-                                 lambda r: num(r, "Label").isna()),),
-            tasks={"gon": lambda r: num(r, "Label")},
-            metadata=lambda r: {"camera": r["camera"].astype(object)},
+            subset=(SubsetFilter("label:unlabelled", "no glaucoma label (unlabelled split)", _refuge_unlabelled),),
+            tasks={"gon": _refuge_gon},
+            metadata=_refuge_metadata,
         ),
         LabelRule(
             id="g1020.binary",
             dataset="g1020",
             label_columns=("binaryLabels",),
             description="gon = binaryLabels (1 = glaucoma). No patient column: splits may leak patients.",
-            tasks={"gon": lambda r: num(r, "binaryLabels")},
+            tasks={"gon": _g1020_gon},
         ),
         LabelRule(
             id="jsiec1000.folder",
@@ -262,10 +354,7 @@ RULES: dict[str, LabelRule] = {
             label_columns=("class_folder", "class_code", "class_name"),
             description="any_dr = class folder DR1, DR2, DR3 or blur with suspected PDR; referable_dr = DR2, DR3 "
             "or suspected PDR (DR1 negative); glaucoma not evaluated.",
-            tasks={
-                "any_dr": lambda r: r["class_name"].isin(JSIEC_ANY_DR),
-                "referable_dr": lambda r: r["class_name"].isin(JSIEC_REFERABLE),
-            },
+            tasks={"any_dr": _jsiec_any_dr, "referable_dr": _jsiec_referable_dr},
         ),
     ]
 }

@@ -11,16 +11,24 @@ import dagster as dg
 from focus_dagster import lineage
 from resources import layout
 
-# Re-read a dataset when its release version changes (a new observation with the same version does not
-# count, so the daily observation refreshes nothing unless something changed) or when it was never read.
-RELEASE_CHANGED = (
-    (
-        dg.AutomationCondition.any_deps_match(dg.AutomationCondition.data_version_changed())
-        | dg.AutomationCondition.missing().newly_true()
-    )
-    & ~dg.AutomationCondition.any_deps_missing()
-    & ~dg.AutomationCondition.in_progress()
-).with_label("release changed or never read")
+# The conditions are built by functions, called once at import (below): `make mutate` mutates function bodies
+# only, and runs this module's mutants each in a new interpreter so that the import builds the mutated condition.
+
+
+def _release_changed() -> dg.AutomationCondition:
+    """Re-read a dataset when its release version changes (a new observation with the same version does not
+    count, so the daily observation refreshes nothing unless something changed) or when it was never read."""
+    return (
+        (
+            dg.AutomationCondition.any_deps_match(dg.AutomationCondition.data_version_changed())
+            | dg.AutomationCondition.missing().newly_true()
+        )
+        & ~dg.AutomationCondition.any_deps_missing()
+        & ~dg.AutomationCondition.in_progress()
+    ).with_label("release changed or never read")
+
+
+RELEASE_CHANGED = _release_changed()
 
 # Observing a release is not an update to wait for: a changed version requests the records (above).
 _RELEASE = dg.AssetSelection.assets(layout.DATASET_RELEASE)
@@ -61,22 +69,28 @@ def _pending(depth: int) -> dg.AutomationCondition:
     return dg.AutomationCondition.in_progress() | (~dg.AutomationCondition.will_be_requested() & stale)
 
 
-# Nothing computes from an input that is about to change: with eager alone, the predictions of a dataset were
-# recomputed in the same tick as its new labels, against the old probes.
-UPSTREAM_SETTLED = (
-    ~dg.AutomationCondition.any_deps_match(_pending(_GRAPH_DEPTH)).ignore(_RELEASE)
-).with_label("nothing upstream still to recompute")
+def _upstream_settled() -> dg.AutomationCondition:
+    """Nothing computes from an input that is about to change: with eager alone, the predictions of a dataset were
+    recomputed in the same tick as its new labels, against the old probes."""
+    return (
+        ~dg.AutomationCondition.any_deps_match(_pending(_GRAPH_DEPTH)).ignore(_RELEASE)
+    ).with_label("nothing upstream still to recompute")
 
-# Everything below the records follows the data of its inputs (eager, on a changed data version rather than on
-# any new materialisation: a records partition materialised again on unchanged data re-ran the labels and the
-# whole GPU chain below them) once every blocking check on them has passed (blocking checks gate only within a
-# run; across ticks the gate is in the condition) and once nothing upstream is still to be recomputed, so a
-# refresh reaches every affected partition in order. A missing partition is still built.
-GATED_EAGER = (
-    dg.AutomationCondition.eager().replace("any_deps_updated", _input_changed()).with_label("eager on changed data")
-    & dg.AutomationCondition.all_deps_blocking_checks_passed()
-    & UPSTREAM_SETTLED
-).with_label("input data changed, their blocking checks passed, nothing upstream pending")
+def _gated_eager() -> dg.AutomationCondition:
+    """Everything below the records follows the data of its inputs (eager, on a changed data version rather than
+    on any new materialisation: a records partition materialised again on unchanged data re-ran the labels and the
+    whole GPU chain below them) once every blocking check on them has passed (blocking checks gate only within a
+    run; across ticks the gate is in the condition) and once nothing upstream is still to be recomputed, so a
+    refresh reaches every affected partition in order. A missing partition is still built."""
+    return (
+        dg.AutomationCondition.eager().replace("any_deps_updated", _input_changed()).with_label(
+            "eager on changed data")
+        & dg.AutomationCondition.all_deps_blocking_checks_passed()
+        & _upstream_settled()
+    ).with_label("input data changed, their blocking checks passed, nothing upstream pending")
+
+
+GATED_EAGER = _gated_eager()
 
 
 def definitions(refresh_seconds: int) -> dg.Definitions:

@@ -311,7 +311,7 @@ class Resamples:
         indicator = np.zeros((len(self.y), 5, n_groups), dtype=self.exact_type)
         for k, column in enumerate((np.ones(len(images), bool), y, predicted, predicted & y, predicted & ~y)):
             indicator[images, k, groups] = column
-        return indicator.reshape(len(self.y), -1)
+        return indicator.reshape(len(self.y), 5 * n_groups)  # explicit: -1 cannot be inferred for no images
 
     def _gap_columns(self, name: str, images: np.ndarray, groups: np.ndarray, n_groups: int, n_bins: int
                      ) -> np.ndarray:

@@ -72,11 +72,16 @@ def test_the_documented_defaults():
     few = _sample(n=40, positives=4)  # 4 positives: below the default 5, so no AUROC anywhere
     assert B.bootstrap(*few, ("auroc",), n_resamples=20)["auroc"].low is None
     resamples = B.Resamples(y, s, B.resample_weights(idx[:40], len(y)))
-    assert np.allclose(resamples.metrics(("accuracy", "ece"))["ece"], _loop(idx[:40], y, s, ("ece",))["ece"])
+    whole = _loop(idx[:40], y, s, ("accuracy", "ece"))
+    for values in (resamples.metrics(("accuracy", "ece")), B.replicates_many(("accuracy", "ece"), y, s, idx[:40])):
+        assert all(np.allclose(values[name], whole[name]) for name in whole)
     codes = np.where(np.arange(len(y)) % 3 == 0, 0, -1)
-    group = resamples.groups(codes, 1)
-    expected = [_point("accuracy", y[row][codes[row] == 0], s[row][codes[row] == 0]) for row in idx[:40]]
-    assert np.allclose(group["accuracy"][:, 0], expected, equal_nan=True)
+    expected = {name: [_point(name, y[row][codes[row] == 0], s[row][codes[row] == 0]) for row in idx[:40]]
+                for name in ("accuracy", "ece")}
+    for group in (resamples.groups(codes, 1), resamples.attributes([(codes, 1)])[0],
+                  B.group_replicates(y, s, B.resample_weights(idx[:40], len(y)), codes == 0)):
+        values = {name: np.asarray(group[name]).reshape(40, -1)[:, 0] for name in expected}
+        assert all(np.allclose(values[name], expected[name], equal_nan=True) for name in expected)
 
 
 def test_replicates_many_and_group_replicates_use_their_options():

@@ -87,7 +87,7 @@ TARGETS = (
     Target("evaluation.tables", "focus_dagster/evaluation/tables.py",
            (EVAL + "test_evaluation.py", EVAL + "test_group_metrics_reference.py",
             EVAL + "test_metric_table_contract.py", EVAL + "test_configurations.py", EVAL + "test_comparisons.py",
-            EVAL + "test_gap_interval_coverage.py")),
+            EVAL + "test_gap_interval_coverage.py", EVAL + "test_metric_rows_literal.py")),
     Target("labels.rules", "focus_dagster/labels/rules.py",
            ("tests/core/labels/test_labels.py", "tests/core/labels/test_rule_sql.py", "tests/core/test_questions.py")),
     Target("resources.tables", "resources/tables.py",

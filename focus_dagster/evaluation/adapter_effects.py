@@ -59,9 +59,9 @@ def effect_rows(samples: pd.DataFrame, unavailable: pd.DataFrame, n_resamples: i
 
 def _compared(config: dict, adapted: pd.DataFrame, base: pd.DataFrame | None, n_resamples: int, seed: int) -> list:
     from focus_dagster.evaluation.paired import PAIRED_METRICS, paired_deltas
-    from focus_dagster.evaluation.tables import configuration_seed
+    from focus_dagster.evaluation.tables import configuration_seed, shared_value
 
-    adapted_lineage = _shared(adapted, "lineage_id", config)
+    adapted_lineage = shared_value(adapted, "lineage_id", config)
     if base is None:
         reason = (f"no base yes/no scores of {config['model']} on {config['dataset']} for {config['task']}: "
                   "materialise token_probabilities and predictions for that dataset")
@@ -70,24 +70,13 @@ def _compared(config: dict, adapted: pd.DataFrame, base: pd.DataFrame | None, n_
     pair = adapted.merge(base, on="image_id", suffixes=("_adapted", "_base"))
     deltas = paired_deltas(
         pair["label_adapted"].to_numpy(dtype=int), pair["score_base"].to_numpy(dtype=float),
-        pair["score_adapted"].to_numpy(dtype=float), base_threshold=_shared(base, "threshold", base_config),
-        adapted_threshold=_shared(adapted, "threshold", config), seed=configuration_seed(config, seed),
+        pair["score_adapted"].to_numpy(dtype=float), base_threshold=shared_value(base, "threshold", base_config),
+        adapted_threshold=shared_value(adapted, "threshold", config), seed=configuration_seed(config, seed),
         n_resamples=n_resamples)
-    lineage = {"adapted_lineage_id": adapted_lineage, "base_lineage_id": _shared(base, "lineage_id", base_config)}
+    lineage = {"adapted_lineage_id": adapted_lineage,
+               "base_lineage_id": shared_value(base, "lineage_id", base_config)}
     return [_row(config, name, **{k: v for k, v in delta.as_row().items() if k != "metric"}, **lineage)
             for name, delta in deltas.items()]
-
-
-def _shared(frame: pd.DataFrame, column: str, config: dict):
-    """The one value of `column` that every row of a configuration carries (its Youden threshold, its lineage id;
-    a missing threshold stays NaN, which `paired_deltas` reads as none). Two values mean the predictions table
-    mixes two computations of the configuration: refused, rather than comparing against either one."""
-    values = frame[column].drop_duplicates()
-    if len(values) > 1:
-        raise ValueError(f"predictions rows of {config} carry {len(values)} different {column} values "
-                         f"({', '.join(map(str, values.head(3)))}): the table mixes two computations of it; "
-                         "materialise predictions again for that dataset")
-    return values.iloc[0]
 
 
 def _row(config: dict, metric: str, **values) -> dict:

@@ -104,6 +104,18 @@ def _row(config: dict, axis: str, metric: str, group: str, value, low, high, n: 
     }
 
 
+def shared_value(frame: pd.DataFrame, column: str, config: dict):
+    """The one value of `column` that every row of a configuration carries (its Youden threshold, its lineage id;
+    a missing threshold stays NaN). Two values mean the predictions table mixes two computations of the
+    configuration: refused, rather than computing from whichever row comes first."""
+    values = frame[column].drop_duplicates()
+    if len(values) > 1:
+        raise ValueError(f"predictions rows of {config} carry {len(values)} different {column} values "
+                         f"({', '.join(map(str, values.head(3)))}): the table mixes two computations of it; "
+                         "materialise predictions again for that dataset")
+    return values.iloc[0]
+
+
 def _num(value):
     return None if value is None or not np.isfinite(value) else float(value)
 
@@ -390,7 +402,7 @@ def _metric_rows(predictions, metadata, coverage, settings, axes, reasons, say=N
         config = {c: (None if pd.isna(v) else v) for c, v in zip(CONFIG_COLUMNS, key)}
         frame = frame.reset_index(drop=True)
         y, s = as_labels(frame["label"].to_numpy(dtype=int)), frame["score"].to_numpy(dtype=float)
-        threshold = frame["threshold"].iloc[0]
+        threshold = shared_value(frame, "threshold", config)
         # The configuration's resamples, shared by every metric of every axis (module docstring).
         counts = resample_counts(y, settings.n_resamples, configuration_seed(config, settings.seed))
         resamples = Resamples(y, s, counts)

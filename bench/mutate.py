@@ -89,7 +89,8 @@ TARGETS = (
             EVAL + "test_metric_table_contract.py", EVAL + "test_configurations.py", EVAL + "test_comparisons.py",
             EVAL + "test_gap_interval_coverage.py", EVAL + "test_metric_rows_literal.py")),
     Target("labels.rules", "focus_dagster/labels/rules.py",
-           ("tests/core/labels/test_labels.py", "tests/core/labels/test_rule_sql.py", "tests/core/test_questions.py")),
+           ("tests/core/labels/test_rules_literal.py", "tests/core/labels/test_labels.py",
+            "tests/core/labels/test_rule_sql.py", "tests/core/test_questions.py")),
     Target("resources.tables", "resources/tables.py",
            ("tests/ops/test_storage.py", "tests/ops/test_table_races.py", "tests/ops/test_export.py")),
     # The forward's checks import torch, which is not safe to fork after use: a fork server that imports nothing.

@@ -19,6 +19,7 @@ label from the stored records with these functions and with an independent SQL f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -110,13 +111,19 @@ def constant(records: Frame, value) -> Series:
 
 
 def icdr_tasks(grade: Callable[[Frame], Series], edema: Callable[[Frame], Series]) -> dict:
-    """Any DR = ICDR >= 1; referable DR = ICDR >= 2 or macular edema (both null where the grade is blank)."""
-    return {
-        "any_dr": lambda r: defined_where(grade(r) >= 1, grade(r).notna()),
-        # A blank edema flag is no edema (datasets.md): False, so that `|` never turns a graded image into null.
-        "referable_dr": lambda r: defined_where((grade(r) >= 2) | edema(r).fillna(False).astype(bool),
-                                                grade(r).notna()),
-    }
+    """Any DR = ICDR >= 1; referable DR = ICDR >= 2 or macular edema (both null where the grade is blank).
+    The rules are built at import, so the tasks are module functions bound to the dataset's columns (a lambda
+    made here would be fixed at import, out of `make mutate`'s reach)."""
+    return {"any_dr": partial(_icdr_any_dr, grade), "referable_dr": partial(_icdr_referable_dr, grade, edema)}
+
+
+def _icdr_any_dr(grade: Callable[[Frame], Series], r: Frame) -> Series:
+    return defined_where(grade(r) >= 1, grade(r).notna())
+
+
+def _icdr_referable_dr(grade: Callable[[Frame], Series], edema: Callable[[Frame], Series], r: Frame) -> Series:
+    # A blank edema flag is no edema (datasets.md): False, so that `|` never turns a graded image into null.
+    return defined_where((grade(r) >= 2) | edema(r).fillna(False).astype(bool), grade(r).notna())
 
 
 # ---------------------------------------------------------------------------------------------- the rules

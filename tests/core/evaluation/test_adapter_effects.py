@@ -3,6 +3,8 @@ training split gave), counted by hand."""
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pytest
 
@@ -171,5 +173,8 @@ def test_a_configuration_mixing_two_computations_is_refused(column, side):
     base, adapted = _samples("yes_no", BASE, 0.35), _samples("yes_no_lora", ADAPTED, 0.62)
     mixed = base if side == "yes_no" else adapted
     mixed.loc[8:, column] = "stamp-older" if column == "lineage_id" else 0.5
-    with pytest.raises(ValueError, match=f"2 different {column} values .*materialise predictions again"):
+    train = "None" if side == "yes_no" else "'idrid'"  # the configuration named as the predictions name it
+    named = re.escape(f"predictions rows of {{'model': 'tiny_llava', 'dataset': 'idrid', 'task': 'any_dr', "
+                      f"'method': '{side}', 'train_dataset': {train}}} carry 2 different {column} values")
+    with pytest.raises(ValueError, match=f"^{named} .*materialise predictions again"):
         effect_rows(pd.concat([base, adapted], ignore_index=True), pd.DataFrame(), n_resamples=100)

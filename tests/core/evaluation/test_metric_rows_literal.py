@@ -47,7 +47,7 @@ def _metadata(ids=IDS):
 COVERAGE = {"age": True, "sex": True, "camera": True, "quality": True}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # per test, so that a mutation run maps every function it calls to each test using it
 def table():
     lines = []
     # img39 has no metadata row: it still counts for performance (a left join), in no group

@@ -244,6 +244,79 @@ def test_unavailable_configurations_are_one_auroc_row_with_the_id_the_number_wil
 
 def test_a_configuration_with_two_thresholds_is_refused():
     predictions = _predictions()
-    predictions.loc[3, "threshold"] = 0.6  # one row of the zero-shot configuration from another computation
-    with pytest.raises(ValueError, match="2 different threshold values .*materialise predictions again"):
+    predictions.loc[[3, 4, 5], "threshold"] = [0.6, 0.7, 0.8]  # rows from other computations of it
+    with pytest.raises(ValueError, match=r"4 different threshold values \(0\.42, 0\.6, 0\.7\): the table mixes two "
+                                         "computations of it; materialise predictions again for that dataset$"):
         T.metric_rows(predictions, _metadata(), COVERAGE, T.Settings(n_resamples=20), axes=("performance",))
+
+
+def test_youden_rows_resample_at_the_youden_threshold():
+    """The @youden interval: replicates and jackknife at the configuration's threshold, not at 0.5."""
+    from focus_dagster.evaluation.bootstrap import resample_counts
+    from focus_dagster.evaluation.intervals import interval
+    from focus_dagster.evaluation.metrics import call_metric
+
+    rows = T.metric_rows(_predictions(), _metadata(), COVERAGE, T.Settings(n_resamples=R), axes=("performance",))
+    config = {"model": "vit", "dataset": "idrid", "task": "any_dr", "method": "probe", "train_dataset": None}
+    counts = resample_counts(LABELS.astype(bool), R, T.configuration_seed(config, 0))
+    for name in ("accuracy", "sensitivity"):
+        replicates = [call_metric(name, LABELS[np.repeat(np.arange(N), row)], SCORES[np.repeat(np.arange(N), row)],
+                                  threshold=YOUDEN).value for row in counts]
+        point = call_metric(name, LABELS, SCORES, threshold=YOUDEN)
+        low, high = interval(name, point, np.array(replicates, dtype=float), LABELS, SCORES, threshold=YOUDEN)
+        row = _one(rows[rows["train_dataset"].isna()], metric=f"{name}@youden")
+        assert (row["ci_low"], row["ci_high"]) == pytest.approx((low, high), abs=1e-12), name
+
+
+SMALL = 16
+
+
+def _small(model: str, positives: int) -> pd.DataFrame:
+    labels = np.r_[np.ones(positives, int), np.zeros(SMALL - positives, int)]
+    return pd.DataFrame({"model": model, "dataset": "papila", "task": "gon", "method": "probe",
+                         "train_dataset": None, "split": "test", "image_id": [f"p{k}" for k in range(SMALL)],
+                         "label": labels, "score": np.linspace(0.1, 0.9, SMALL).round(3), "threshold": 0.5})
+
+
+SMALL_METADATA = pd.DataFrame({"image_id": [f"p{k}" for k in range(SMALL)], "age": list(range(40, 40 + SMALL)),
+                               "sex": None, "camera": "Topcon", "quality": ["adequate"] * 13 + ["inadequate"] * 3})
+
+
+def test_a_small_configuration_says_what_it_cannot_measure():
+    """4 positives of 16 (degenerate, flagged on every row) next to 5 (not); age halves of 8 (below 10: skipped,
+    each with what it means); one camera (no gap); 3 inadequate images (below 5: no signed quality difference)."""
+    predictions = pd.concat([_small("vit", 4), _small("vit5", 5)], ignore_index=True)
+    rows = T.metric_rows(predictions, SMALL_METADATA, {**COVERAGE, "sex": False}, T.Settings(n_resamples=20),
+                         reasons={"sex": "no sex column in this release"})
+    four, five = rows[rows["model"] == "vit"], rows[rows["model"] == "vit5"]
+    assert set(four["degenerate_reason"]) == {
+        "degenerate: the test split has 4 positive and 12 negative images (fewer than 5 of one class); its numbers "
+        "rest on a handful of images"} and four["degenerate"].all()
+    assert not five["degenerate"].any() and five["degenerate_reason"].isna().all()
+    skipped = four[four["metric"] == "group"].set_index("group")
+    assert skipped.loc["age_median=below", "group_detail"] == "age < 47.5 (the test set's median)"
+    assert skipped.loc["age_median=above", "group_detail"] == "age >= 47.5 (the test set's median)"
+    assert skipped.loc["age_median=below", "reason"] == "group has 8 images; at least 10 are needed"
+    camera = four[four["group"].isin(["camera:max-min", "camera"]) & (four["axis"] == "fairness")
+                  & (four["metric"] != "attribute")]
+    assert sorted(camera["metric"]) == sorted([f"{m}_gap" for m in ("positive_rate", "accuracy", "tpr", "fpr",
+                                                                    "auroc", "ece", "equalized_odds")]
+                                              + ["worst_group_auroc"])
+    assert set(camera["reason"]) == {"1 usable group(s) for camera: a gap needs two"}
+    assert set(camera["n"]) == {SMALL} and set(camera["n_pos"]) == {4} and camera["value"].isna().all()
+    quality = four[four["group"] == "quality:adequate-inadequate"]
+    assert len(quality) == 6 and set(quality["reason"]) == {"no usable group ['inadequate']"}
+    assert set(quality["axis"]) == {"quality"} and set(quality["n"]) == {SMALL} and set(quality["n_pos"]) == {4}
+    assert _one(four, group="sex", metric="attribute")["reason"] == "no sex column in this release"
+
+
+def test_quality_without_metadata_is_one_row_with_the_reason():
+    predictions = _small("vit", 8)
+    coverage = {**COVERAGE, "quality": False}
+    default = T.metric_rows(predictions, SMALL_METADATA, coverage, T.Settings(n_resamples=20), axes=("quality",))
+    row = _one(default, metric="attribute")
+    assert (row["axis"], row["group"], row["n"], row["n_pos"]) == ("quality", "quality", SMALL, 8)
+    assert row["reason"] == "metadata_coverage: no image of this dataset has a quality value"
+    given = T.metric_rows(predictions, SMALL_METADATA, coverage, T.Settings(n_resamples=20), axes=("quality",),
+                          reasons={"quality": "quality flags not published"})
+    assert _one(given, metric="attribute")["reason"] == "quality flags not published"

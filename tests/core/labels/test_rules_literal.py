@@ -95,3 +95,15 @@ def test_subsets_keep_what_the_benchmark_uses(key, records, kept):
     for rule in RULES[key].subset:
         excluded |= rule.excluded(frame).fillna(False).to_numpy(dtype=bool)
     assert (~excluded).tolist() == kept
+
+
+@pytest.mark.parametrize("key", ["idrid", "papila", "jsiec1000"])
+def test_task_labels_are_nullable_int8_for_every_task(key):
+    """The stored label columns' type, whether a task is defined (IDRiD's DR), absent (PAPILA's DR, IDRiD's
+    glaucoma) or boolean at source (JSIEC's folders): Int8 with nulls, never floats or objects."""
+    records = {"idrid": {"Retinopathy grade": [0, 2, NA], "Risk of macular edema": [0, 1, 0]},
+               "papila": {"Diagnosis": [0, 1, NA]},
+               "jsiec1000": {"class_name": ["DR1", "Normal", "DR3"]}}[key]
+    labels = RULES[key].task_labels(pd.DataFrame(records))
+    assert list(labels.columns) == ["any_dr", "referable_dr", "gon"]
+    assert [str(dtype) for dtype in labels.dtypes] == ["Int8"] * 3

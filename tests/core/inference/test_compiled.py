@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 import warnings
 
 import pytest
@@ -157,9 +158,13 @@ def test_auto_on_a_cpu_runs_the_eager_forward_and_compiles_nothing(monkeypatch):
 
     monkeypatch.setattr(torch, "compile", refuse)
     model = tiny_vit()
+    started = time.perf_counter()
     result = compile_encoder(model, [model], PREPROCESS, "cpu", mode="auto")
+    elapsed = time.perf_counter() - started
     assert result.forward is model and result.mode == "eager" and not result.is_compiled and result.reason == ""
-    assert result.attention == {"sdpa": 3}
+    # what the materialisation reports of the eager forward: its device, kernels and the seconds it took (2 places)
+    assert (result.device, result.attention) == ("cpu", {"sdpa": 3})
+    assert 0 <= result.seconds <= round(elapsed, 2) + 0.01 and result.seconds == round(result.seconds, 2)
 
 
 @needs_compiler

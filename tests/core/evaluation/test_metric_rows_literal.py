@@ -5,6 +5,8 @@ difference, withheld attributes, unavailable configurations and the progress lin
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -163,8 +165,23 @@ def test_group_rows_have_intervals_from_their_own_replicates(table):
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((low, high), abs=1e-12)
 
 
+def test_the_table_has_its_columns_and_types(table):
+    rows, _ = table
+    assert list(rows.columns) == ["metric_id", "model", "dataset", "task", "method", "train_dataset", "axis",
+                                  "metric", "group", "value", "ci_low", "ci_high", "n", "n_pos", "reason",
+                                  "group_detail", "degenerate", "degenerate_reason"]
+    assert rows["degenerate"].dtype == bool and rows["value"].dtype == float and rows["metric_id"].is_unique
+
+
 def test_gaps_max_min_and_signed(table):
     rows, _ = table
+    gaps = rows[rows["metric"].str.endswith("_gap") & rows["value"].notna()]
+    assert len(gaps) > 20  # every defined gap (max-min, signed, equalized odds) lies inside its own interval
+    assert (gaps["ci_low"] <= gaps["value"] + 1e-12).all() and (gaps["value"] <= gaps["ci_high"] + 1e-12).all()
+    auroc = {sex: roc_auc_score(*_subset(np.array(SEX) == sex)) for sex in ("F", "M")}
+    worst = _group(rows, "sex", "worst_group_auroc")
+    assert worst["value"] == pytest.approx(min(auroc.values())) and worst["reason"] is None
+    assert worst["ci_low"] <= worst["value"] <= worst["ci_high"]
     accuracy = {}
     for sex in ("F", "M"):
         y, s = _subset(np.array(SEX) == sex)
@@ -192,9 +209,16 @@ def test_a_withheld_attribute_keeps_its_rows_without_values():
 
 
 def test_a_missing_column_gets_the_reason_given():
-    rows = T.metric_rows(_predictions(), _metadata(), {**COVERAGE, "camera": False}, T.Settings(n_resamples=20),
-                         axes=("fairness",), reasons={"camera": "no camera column in this release"})
+    rows = T.metric_rows(_predictions(), _metadata(), {**COVERAGE, "camera": False, "age": False},
+                         T.Settings(n_resamples=20), axes=("fairness",),
+                         reasons={"camera": "no camera column in this release", "age": "ages withheld by the site"})
     assert _one(rows, group="camera", metric="attribute")["reason"] == "no camera column in this release"
+    for attribute in ("age_median", "age_band"):
+        assert _one(rows, group=attribute, metric="attribute")["reason"] == "ages withheld by the site"
+    default = T.metric_rows(_predictions(), _metadata(), {**COVERAGE, "age": False}, T.Settings(n_resamples=20),
+                            axes=("fairness",))
+    assert _one(default, group="age_band", metric="attribute")["reason"] == (
+        "metadata_coverage: no image of this dataset has a age value")
 
 
 def test_the_seed_comes_from_the_configuration():
@@ -242,11 +266,15 @@ def test_unavailable_configurations_are_one_auroc_row_with_the_id_the_number_wil
     assert list(both.index) == list(range(5)) and list(both["run_id"]) == ["r-metrics"] * 5
 
 
-def test_a_configuration_with_two_thresholds_is_refused():
+@pytest.mark.parametrize(("others", "listed"), [([0.6], "2 different threshold values (0.42, 0.6)"),
+                                               ([0.6, 0.7, 0.8], "4 different threshold values (0.42, 0.6, 0.7)")])
+def test_a_configuration_with_two_thresholds_is_refused(others, listed):
     predictions = _predictions()
-    predictions.loc[[3, 4, 5], "threshold"] = [0.6, 0.7, 0.8]  # rows from other computations of it
-    with pytest.raises(ValueError, match=r"4 different threshold values \(0\.42, 0\.6, 0\.7\): the table mixes two "
-                                         "computations of it; materialise predictions again for that dataset$"):
+    predictions.loc[[3 + k for k in range(len(others))], "threshold"] = others  # rows of other computations
+    config = "{'model': 'vit', 'dataset': 'idrid', 'task': 'any_dr', 'method': 'probe', 'train_dataset': None}"
+    message = (f"predictions rows of {config} carry {listed}: the table mixes two computations of it; "
+               "materialise predictions again for that dataset")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         T.metric_rows(predictions, _metadata(), COVERAGE, T.Settings(n_resamples=20), axes=("performance",))
 
 
@@ -308,6 +336,30 @@ def test_a_small_configuration_says_what_it_cannot_measure():
     assert len(quality) == 6 and set(quality["reason"]) == {"no usable group ['inadequate']"}
     assert set(quality["axis"]) == {"quality"} and set(quality["n"]) == {SMALL} and set(quality["n_pos"]) == {4}
     assert _one(four, group="sex", metric="attribute")["reason"] == "no sex column in this release"
+
+
+def test_a_gap_over_a_group_without_an_auroc_says_why():
+    """Two cameras of 12 images, one of them without positives: its AUROC and TPR are undefined, so are the AUROC
+    and TPR gaps, the equalized-odds gap and the worst-group AUROC, each with the reason."""
+    ids = [f"c{k}" for k in range(24)]
+    predictions = pd.DataFrame({"model": "vit", "dataset": "brset", "task": "any_dr", "method": "probe",
+                                "train_dataset": None, "split": "test", "image_id": ids,
+                                "label": [1, 0] * 6 + [0] * 12, "score": np.linspace(0.05, 0.95, 24).round(3),
+                                "threshold": 0.5})
+    metadata = pd.DataFrame({"image_id": ids, "age": None, "sex": None, "camera": ["A"] * 12 + ["B"] * 12,
+                             "quality": None})
+    rows = T.metric_rows(predictions, metadata, {**COVERAGE, "sex": False, "age": False, "quality": False},
+                         T.Settings(n_resamples=20), axes=("fairness",))
+    by_metric = rows[rows["group"] == "camera:max-min"].set_index("metric")
+    for metric in ("auroc", "tpr"):
+        assert pd.isna(by_metric.loc[f"{metric}_gap", "value"])
+        assert by_metric.loc[f"{metric}_gap", "reason"] == f"{metric} undefined in some group"
+    assert by_metric.loc["equalized_odds_gap", "reason"] == "TPR or FPR undefined in some group"
+    assert by_metric.loc["accuracy_gap", "reason"] is None and by_metric.loc["accuracy_gap", "value"] >= 0
+    worst = _one(rows, group="camera", metric="worst_group_auroc")
+    assert pd.isna(worst["value"]) and worst["reason"] == "AUROC undefined in some group"
+    signed = rows[rows["group"] == "camera:A-B"].set_index("metric")
+    assert signed.loc["auroc_gap", "reason"] == "auroc undefined in a group" and pd.isna(signed.loc["auroc_gap", "value"])
 
 
 def test_quality_without_metadata_is_one_row_with_the_reason():

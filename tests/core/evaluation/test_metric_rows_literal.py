@@ -68,6 +68,9 @@ def _one(table, **where):
 def test_performance_rows_equal_scikit_learn_at_both_thresholds(table):
     rows, _ = table
     zero_shot = rows[rows["train_dataset"].isna() & (rows["axis"] == "performance")]
+    # the id written out by hand: SHA-256 of the sorted JSON {configuration (no training dataset: ""), axis,
+    # metric, group ""}, first 16 hex digits; a report quoting it must find the same number after a refresh
+    assert _one(zero_shot, metric="auroc")["metric_id"] == "m-5391f1b64dc64d7a"
     assert _one(zero_shot, metric="auroc")["value"] == pytest.approx(roc_auc_score(LABELS, SCORES))
     for threshold, suffix in ((0.5, "@0.5"), (YOUDEN, "@youden")):
         predicted = (SCORES >= threshold).astype(int)
@@ -188,6 +191,8 @@ def test_gaps_max_min_and_signed(table):
         accuracy[sex] = accuracy_score(y, s >= 0.5)
     assert _group(rows, "sex:max-min", "accuracy_gap")["value"] == pytest.approx(abs(accuracy["F"] - accuracy["M"]))
     assert _group(rows, "sex:F-M", "accuracy_gap")["value"] == pytest.approx(accuracy["F"] - accuracy["M"])
+    assert _group(rows, "sex:F-M", "accuracy_gap")["reason"] is None
+    assert _group(rows, "sex:max-min", "equalized_odds_gap")["reason"] is None
     quality = {}
     for level in ("adequate", "inadequate"):
         y, s = _subset(np.array(QUALITY) == level)
@@ -333,25 +338,32 @@ def test_a_small_configuration_says_what_it_cannot_measure():
     assert set(camera["reason"]) == {"1 usable group(s) for camera: a gap needs two"}
     assert set(camera["n"]) == {SMALL} and set(camera["n_pos"]) == {4} and camera["value"].isna().all()
     quality = four[four["group"] == "quality:adequate-inadequate"]
-    assert len(quality) == 6 and set(quality["reason"]) == {"no usable group ['inadequate']"}
+    assert sorted(quality["metric"]) == sorted(f"{m}_gap" for m in ("positive_rate", "accuracy", "tpr", "fpr",
+                                                                    "auroc", "ece"))
+    assert set(quality["reason"]) == {"no usable group ['inadequate']"}
     assert set(quality["axis"]) == {"quality"} and set(quality["n"]) == {SMALL} and set(quality["n_pos"]) == {4}
     assert _one(four, group="sex", metric="attribute")["reason"] == "no sex column in this release"
 
 
+SCORES_24 = np.r_[np.linspace(0.05, 0.95, 24)[:5].round(3), 0.5, np.linspace(0.05, 0.95, 24)[6:].round(3)]
+
+
 def test_a_gap_over_a_group_without_an_auroc_says_why():
-    """Two cameras of 12 images, one of them without positives: its AUROC and TPR are undefined, so are the AUROC
-    and TPR gaps, the equalized-odds gap and the worst-group AUROC, each with the reason."""
+    """Two cameras of 12 images, one all positive (no FPR, no AUROC), one all negative (no TPR, no AUROC): so are
+    the gaps, the equalized-odds gap and the worst-group AUROC, each with the reason. No image has an age although
+    the column is covered: the age splits have no group, and nothing fails."""
     ids = [f"c{k}" for k in range(24)]
     predictions = pd.DataFrame({"model": "vit", "dataset": "brset", "task": "any_dr", "method": "probe",
                                 "train_dataset": None, "split": "test", "image_id": ids,
-                                "label": [1, 0] * 6 + [0] * 12, "score": np.linspace(0.05, 0.95, 24).round(3),
-                                "threshold": 0.5})
+                                "label": [1] * 12 + [0] * 12, "score": SCORES_24, "threshold": 0.5})
     metadata = pd.DataFrame({"image_id": ids, "age": None, "sex": None, "camera": ["A"] * 12 + ["B"] * 12,
                              "quality": None})
-    rows = T.metric_rows(predictions, metadata, {**COVERAGE, "sex": False, "age": False, "quality": False},
+    rows = T.metric_rows(predictions, metadata, {**COVERAGE, "sex": False, "quality": False},
                          T.Settings(n_resamples=20), axes=("fairness",))
+    assert _one(rows, group="camera=A", metric="positive_rate")["value"] == pytest.approx(
+        np.mean(SCORES_24[:12] >= 0.5))  # a score of exactly 0.5 among them counts as predicted positive
     by_metric = rows[rows["group"] == "camera:max-min"].set_index("metric")
-    for metric in ("auroc", "tpr"):
+    for metric in ("auroc", "tpr", "fpr"):
         assert pd.isna(by_metric.loc[f"{metric}_gap", "value"])
         assert by_metric.loc[f"{metric}_gap", "reason"] == f"{metric} undefined in some group"
     assert by_metric.loc["equalized_odds_gap", "reason"] == "TPR or FPR undefined in some group"

@@ -385,3 +385,9 @@ def test_quality_without_metadata_is_one_row_with_the_reason():
     given = T.metric_rows(predictions, SMALL_METADATA, coverage, T.Settings(n_resamples=20), axes=("quality",),
                           reasons={"quality": "quality flags not published"})
     assert _one(given, metric="attribute")["reason"] == "quality flags not published"
+
+
+def test_no_test_images_give_an_empty_table_with_its_columns():
+    only_validation = _predictions().assign(split="validation")
+    rows = T.metric_rows(only_validation, _metadata(), COVERAGE, T.Settings(n_resamples=20))
+    assert rows.empty and list(rows.columns) == list(T.METRIC_COLUMNS) and rows["value"].dtype == float

@@ -42,6 +42,7 @@ import pandas as pd
 from focus_dagster import lineage
 
 WHOLE = "_whole"  # the partition folder of a table that is not partitioned
+EMPTY = "%00"  # the partition folder of the empty partition key (a folder needs a name)
 POINTER = "CURRENT.json"
 KEEP_FILES = 2
 # A superseded file stays this long after the commit that superseded it, for readers that resolved it before
@@ -444,12 +445,15 @@ def _key(partition: str | None) -> str:
     """A partition key as one path segment (`tiny_llava|idrid` -> `tiny_llava%7Cidrid`)."""
     if partition is None:
         return WHOLE
-    quoted = quote(str(partition), safe="") or "%00"
+    quoted = quote(str(partition), safe="") or EMPTY
     return quoted.replace(".", "%2E") if set(quoted) == {"."} else quoted  # `.` and `..` never name a folder
 
 
 def partition_of(segment: str) -> str | None:
-    return None if segment == WHOLE else unquote(segment)
+    """The partition key a folder holds (`_key` read back; `%00` is the empty key)."""
+    if segment == WHOLE:
+        return None
+    return "" if segment == EMPTY else unquote(segment)
 
 
 def _entry(table: str, partition: str | None) -> str:

@@ -443,7 +443,7 @@ def jackknife_auprc(y_true, y_score) -> np.ndarray:
     cumulative sums: AP * P = sum_g pos_g * TP_g / D_g. Leaving out an image of label l from step h leaves
     the steps above h alone, makes step h (pos_h - l) (TP_h - l) / (D_h - 1), and every step g below h
     pos_g (TP_g - l) / (D_g - 1): a prefix sum, one term and a suffix sum (one per label), over P - l.
-    NaN where no positive is left; ``min_positives`` is not applied."""
+    NaN where no positive or no negative is left; ``min_positives`` is not applied."""
     y, s = as_arrays(y_true, y_score)
     out = np.full(len(y), np.nan)
     if len(y) < 2:
@@ -459,7 +459,10 @@ def jackknife_auprc(y_true, y_score) -> np.ndarray:
     own = _ratio((pos[step] - label) * (true_pos[step] - label), drawn[step] - 1)
     own[drawn[step] == 1] = 0.0  # the top step emptied: no step there
     total = above[step] + own + np.where(y, below[1][step], below[0][step])
-    return _ratio(total, pos.sum() - label)
+    values = _ratio(total, pos.sum() - label)
+    if (~y).sum() == 1:  # without the only negative one class is left: undefined, as for the point metric
+        values[~y] = np.nan
+    return values
 
 
 def _suffix_after(values: np.ndarray) -> np.ndarray:

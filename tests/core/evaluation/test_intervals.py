@@ -358,9 +358,11 @@ def test_tiny_and_one_positive_samples_leave_one_out_equal_brute_force():
             expected = _without_each(lambda yy, ss: call_metric(name, yy, ss, min_positives=1).value, y, s)
             got = np.asarray(iv.jackknife_values(name, y, s), dtype=float)
             np.testing.assert_allclose(got, expected, atol=1e-12, err_msg=f"{name} {y} {s}")
-    y, s = np.array([1, 1, 1, 0]), np.array([0.6, 0.2, 0.9, 0.5])  # one negative: AUROC only (see the report)
-    expected = _without_each(lambda yy, ss: call_metric("auroc", yy, ss, min_positives=1).value, y, s)
-    np.testing.assert_allclose(iv.jackknife_values("auroc", y, s), expected, atol=1e-12)
+    y, s = np.array([1, 1, 1, 0]), np.array([0.6, 0.2, 0.9, 0.5])  # one negative: left out, one class is left
+    for name in ("auroc", "auprc"):
+        expected = _without_each(lambda yy, ss: call_metric(name, yy, ss, min_positives=1).value, y, s)
+        assert np.isnan(expected[3])
+        np.testing.assert_allclose(iv.jackknife_values(name, y, s), expected, atol=1e-12, err_msg=name)
 
 
 def test_linear_quantiles_are_numpys_to_the_bit():

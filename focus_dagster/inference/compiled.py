@@ -325,8 +325,8 @@ def other_bf16_neighbour(values):
 
     nearest = values.to(torch.bfloat16)
     direction = torch.where(nearest.float() <= values, math.inf, -math.inf).to(torch.bfloat16)
-    other = torch.nextafter(nearest, direction).to(values.dtype)
-    return other.contiguous(memory_format=torch.channels_last) if values.dim() == 4 else other
+    # element-wise steps keep the values' layout (channels-last pixels stay channels-last)
+    return torch.nextafter(nearest, direction).to(values.dtype)
 
 
 def check_inputs(preprocess, batch_size: int, device: str, seed: int = CHECK_SEED):

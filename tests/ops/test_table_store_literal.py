@@ -325,6 +325,7 @@ def test_an_edit_replaces_the_rows_and_keeps_the_lineage(tmp_path):
     assert after["files"]["predictions.unavailable@a"] == before["files"]["predictions.unavailable@a"]
     assert after["files"]["predictions.samples@a"] != before["files"]["predictions.samples@a"]
     assert COMMIT_NAME.match(os.path.basename(after["files"]["predictions.samples@a"]))
+    assert os.path.dirname(after["files"]["predictions.samples@a"]) == "tables/predictions.samples/a"
 
 
 def test_an_edit_of_a_partition_never_written_is_an_unstamped_commit(tmp_path):
@@ -446,3 +447,37 @@ def test_a_first_use_moves_the_tables_and_says_so(tmp_path, capsys):
     assert versions(TableStore(url), "records.g1020") == ["old"]
     assert capsys.readouterr().out == (f"focus: moved 1 table(s) of {database} into {url} (one Parquet file per "
                                        "partition); the old file is kept as focus.duckdb.migrated\n")
+
+
+def _old_home(database: Path, kept: dict) -> None:
+    """A focus.duckdb of the layout before the table store: a shared table with its partition column, a table of
+    one dataset, a shared table written without its partition column, and the two lineage tables."""
+    with duckdb.connect(str(database)) as con:
+        con.execute("CREATE SCHEMA metrics; CREATE SCHEMA records; CREATE SCHEMA lineage")
+        con.execute("CREATE TABLE metrics.values AS SELECT * FROM (VALUES ('m-2', 'b'), ('m-1', 'a'), ('m-3', 'b')) "
+                    "t(metric_id, partition)")
+        con.execute("CREATE TABLE records.g1020 AS SELECT 'old' AS version")
+        con.execute("CREATE TABLE records.quarantine AS SELECT 7 AS source_row")  # no `dataset` column
+        con.execute("CREATE TABLE lineage.stamps AS SELECT ? AS stamp_id, ? AS stamp",
+                    [stamp_hash(kept), json.dumps(kept, sort_keys=True, separators=(",", ":"))])
+        con.execute("CREATE TABLE lineage.current AS SELECT * FROM (VALUES ('records', NULL, ?)) "
+                    "t(asset, partition, stamp_id)", [stamp_hash(kept)])
+
+
+def test_a_migration_moves_every_table_but_the_lineage_and_keeps_the_current_stamps(tmp_path):
+    database, url = tmp_path / "focus.duckdb", str(tmp_path / "tables")
+    kept = stamp("records", "", "v-old")
+    _old_home(database, kept)
+    with duckdb.connect(str(database), read_only=True):  # a reader of the old file (a DuckDB shell, say) is no bar
+        moved = store_module.migrate_duckdb(database, TableStore(url))
+    assert moved == ["metrics.values", "records.g1020", "records.quarantine"]
+    store = TableStore(url)
+    assert store.tables() == moved
+    assert [p["partition"] for p in store.partitions("metrics.values")] == ["a", "b"]
+    assert store.read("metrics.values", "b").to_dict("list") == {"metric_id": ["m-2", "m-3"], "partition": ["b", "b"]}
+    assert [p["partition"] for p in store.partitions("records.quarantine")] == [None]
+    assert store.read("records.quarantine").to_dict("list") == {"source_row": [7]}
+    assert read_json(tmp_path / "tables" / "lineage" / "current" / "records" / "_whole.json") == {
+        "asset": "records", "partition": "", "stamp_id": stamp_hash(kept), "commit": "migrated", "files": {},
+        "stamp": kept}
+    assert store.current_stamps() == {("records", ""): stamp_hash(kept)} and store.stamp(stamp_hash(kept)) == kept

@@ -276,7 +276,9 @@ def run_fresh(target: Target, work: Path, deadline: float, names: list[str]) -> 
         try:
             rc = subprocess.run(command, cwd=work / "mutants", env=dict(child_env(), MUTANT_UNDER_TEST=name),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=limit).returncode
-            status = {0: "survived", 1: "killed", 5: "no tests"}.get(rc, "suspicious")
+            # 2: the tests could not be collected: the mutated module fails to import (a condition built from
+            # None, say), so nothing that loads the graph runs; the mutant is caught.
+            status = {0: "survived", 1: "killed", 2: "killed", 5: "no tests"}.get(rc, "suspicious")
         except subprocess.TimeoutExpired:
             status, outcome = "not checked", "stopped by the budget"
         if status != "not checked":

@@ -238,12 +238,81 @@ def test_one_sensor_evaluates_every_asset_and_check_at_the_refresh_interval():
     [sensor] = definitions(refresh_seconds=45).sensors
     assert sensor.name == "focus_refresh" and sensor.minimum_interval_seconds == 45
     assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
-    assert sensor.asset_selection == dg.AssetSelection.all() | dg.AssetSelection.all_asset_checks()
+    graph = build(State()).resolve_asset_graph()
+    assert {key.to_user_string() for key in sensor.asset_selection.resolve(graph)} == set(ORDER)
+    assert {key.name for key in sensor.asset_selection.resolve_checks(graph)} == {"records_ok", "labels_ok",
+                                                                                  "weights_ok"}
     assert sensor.emit_backfills is False
-    assert "changed dataset release" in sensor.description
+    assert sensor.description == ("Evaluates the automation conditions: a changed dataset release refreshes its own "
+                                  "records and, once their blocking checks pass, everything below them.")
+
+
+def _labels(condition) -> set[str]:
+    found = {condition.get_label()} - {None}
+    for child in condition.children:
+        found |= _labels(child)
+    return found
 
 
 def test_the_conditions_carry_the_labels_the_ui_shows():
     assert RELEASE_CHANGED.get_label() == "release changed or never read"
     assert GATED_EAGER.get_label() == ("input data changed, their blocking checks passed, nothing upstream "
                                        "pending")
+    assert {"eager on changed data", "input data changed", "nothing upstream still to recompute"} <= _labels(
+        GATED_EAGER)
+
+
+DEPTH = 8  # the longest path of the platform's graph: release -> records -> ... -> metrics -> leaderboard
+
+
+def chain_graph() -> tuple[dg.Definitions, dict, dict]:
+    """A straight chain `link_8 -> link_7 -> ... -> link_1 -> target` below a `source`, which `link_8` and
+    `target` read; `link_8` also reads `weights`, whose blocking check fails when told to."""
+    versions = {"source": "v1"}
+    passes = {"weights": True}
+
+    def materialised(context):
+        return dg.MaterializeResult(data_version=dg.DataVersion(versions.get(context.asset_key.to_user_string(),
+                                                                             "v1")))
+
+    @dg.asset(automation_condition=GATED_EAGER)
+    def source(context):
+        return materialised(context)
+
+    @dg.asset(automation_condition=GATED_EAGER)
+    def weights(context):
+        return materialised(context)
+
+    @dg.asset_check(asset=weights, blocking=True)
+    def weights_ok():
+        return dg.AssetCheckResult(passed=passes["weights"])
+
+    links = []
+    for level in range(DEPTH, 0, -1):
+        deps = ["source", "weights"] if level == DEPTH else [f"link_{level + 1}"]
+        links.append(dg.asset(name=f"link_{level}", deps=deps, automation_condition=GATED_EAGER)(materialised))
+
+    @dg.asset(deps=["link_1", "source"], automation_condition=GATED_EAGER)
+    def target(context):
+        return materialised(context)
+
+    every = dg.AssetSelection.all() | dg.AssetSelection.all_asset_checks()
+    defs = dg.Definitions(assets=[source, weights, *links, target], asset_checks=[weights_ok],
+                          jobs=[dg.define_asset_job("every", selection=every)])
+    return defs, versions, passes
+
+
+def test_an_input_waits_for_an_update_owed_as_far_up_as_the_longest_path_of_the_graph():
+    """The source changes while the weights' check fails: `link_8`, eight levels above the target, owes an update
+    it cannot make; the target, whose input `source` changed and whose direct inputs look settled, waits for it."""
+    defs, versions, passes = chain_graph()
+    instance = dg.DagsterInstance.ephemeral()
+    job = defs.resolve_job_def("every")
+    assert job.execute_in_process(instance=instance).success
+    cursor = dg.evaluate_automation_conditions(defs=defs, instance=instance).cursor
+    passes["weights"] = False
+    job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey("weights")], raise_on_error=False)
+    versions["source"] = "v2"
+    job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey("source")])
+    result = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
+    assert result.total_requested == 0

@@ -100,7 +100,8 @@ TARGETS = (
     # tests (torch imported, nothing run) forks each mutant's process; 6.5 s a mutant here, against 16 s for a
     # server that imports nothing.
     Target("inference.compiled", "focus_dagster/inference/compiled.py",
-           ("tests/core/inference/test_compiled_literal.py", "tests/core/inference/test_compiled.py"),
+           ("tests/core/inference/test_compiled_literal.py", "tests/core/inference/test_compiled_reports.py",
+            "tests/core/inference/test_compiled.py"),
            mutmut={"process_isolation": "forkserver", "forkserver_warmup": "collect"}),
     # The conditions on a small graph of the platform's shape, a second or two per tick (the real graph's refresh
     # tests take 40-90 s each and run in `make test`).

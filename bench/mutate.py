@@ -73,7 +73,9 @@ class Target:
 TARGETS = (
     Target("evaluation.intervals", "focus_dagster/evaluation/intervals.py",
            (EVAL + "test_intervals.py", EVAL + "test_metric_table_contract.py", EVAL + "test_gap_interval_coverage.py",
-            EVAL + "test_coverage_bench.py")),
+            EVAL + "test_coverage_bench.py"),
+           # test_coverage_bench runs bench/coverage.py on the mutated package and compares with the committed table
+           mutmut={"also_copy": ["bench/results", "bench/coverage.py"]}),
     Target("evaluation.paired", "focus_dagster/evaluation/paired.py",
            (EVAL + "test_paired.py", EVAL + "test_adapter_effects.py")),
     Target("evaluation.adapter_effects", "focus_dagster/evaluation/adapter_effects.py",
@@ -127,13 +129,14 @@ def _toml(value) -> str:
 
 
 def prepare(target: Target) -> Path:
-    """The target's folder: links to the code and the tests (mutmut copies them into its ``mutants/``), the
-    repository's pytest settings and this target's mutmut settings."""
+    """The target's folder: links to the code, the tests and bench/ (mutmut copies the code, the tests and the
+    target's `also_copy` into its ``mutants/``), the repository's pytest settings and this target's mutmut
+    settings."""
     work = WORK / target.key
     work.mkdir(parents=True, exist_ok=True)
     # tests/support/environment.py finds the shared reference files three folders above itself: beside the
     # target's folder once mutmut has copied the tests into mutants/.
-    links = {name: REPO / name for name in (*PACKAGES, "tests")}
+    links = {name: REPO / name for name in (*PACKAGES, "tests", "bench")}
     if (REPO.parent / "shared").is_dir():
         links["shared"] = REPO.parent / "shared"
     for name, source in links.items():

@@ -129,14 +129,15 @@ def _toml(value) -> str:
 
 
 def prepare(target: Target) -> Path:
-    """The target's folder: links to the code, the tests and bench/ (mutmut copies the code, the tests and the
-    target's `also_copy` into its ``mutants/``), the repository's pytest settings and this target's mutmut
-    settings."""
+    """The target's folder: links to the code, the tests and the folders of the target's `also_copy` (mutmut
+    copies the code, the tests and `also_copy` into its ``mutants/``), the repository's pytest settings and this
+    target's mutmut settings."""
     work = WORK / target.key
     work.mkdir(parents=True, exist_ok=True)
     # tests/support/environment.py finds the shared reference files three folders above itself: beside the
     # target's folder once mutmut has copied the tests into mutants/.
-    links = {name: REPO / name for name in (*PACKAGES, "tests", "bench")}
+    copied = {Path(path).parts[0] for path in target.mutmut.get("also_copy", ())}  # bench/ for the intervals
+    links = {name: REPO / name for name in (*PACKAGES, "tests", *sorted(copied))}
     if (REPO.parent / "shared").is_dir():
         links["shared"] = REPO.parent / "shared"
     for name, source in links.items():
